@@ -1,0 +1,3 @@
+"""SpecLedger: cost allocation and breakeven analytics for speculative LLM serving."""
+
+__version__ = "0.1.0"
