@@ -1,0 +1,49 @@
+"""Runtime configuration, read from ``SPECLEDGER_*`` environment variables.
+
+Settings are passed in, never imported at module level: entry points call
+:func:`get_settings`, everything else takes a :class:`Settings` argument.
+"""
+
+from functools import lru_cache
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    """Runtime configuration. Every field is settable as ``SPECLEDGER_<NAME>``."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="SPECLEDGER_", env_file=".env", extra="ignore", frozen=True
+    )
+
+    env: Literal["dev", "test", "prod"] = Field(
+        "dev", description="Deployment environment: dev, test or prod."
+    )
+    data_dir: Path = Field(
+        Path(".specledger"),
+        description="Folder for the embedded database, engine logs, model cache and exports.",
+    )
+    database_url: str = Field(
+        "sqlite+pysqlite:///./.specledger/specledger.db",
+        description="SQLAlchemy URL: a SQLite file (default) or postgresql+psycopg://user@host/db.",
+    )
+    s3_endpoint_url: str | None = Field(
+        None,
+        description="S3 endpoint for billing exports (an S3-compatible server); unset means AWS.",
+    )
+    billing_tag_key: str = Field(
+        "specledger-deployment",
+        description="FOCUS tag key whose value names the deployment a billing row belongs to.",
+    )
+    default_currency: str = Field(
+        "USD", description="Currency used when a figure has no billing row to take one from."
+    )
+
+
+@lru_cache
+def get_settings() -> Settings:
+    """Settings from the environment; for entry points only (CLI, uvicorn factory)."""
+    return Settings()

@@ -1,0 +1,245 @@
+"""Vectorised normalisation of one FOCUS column, with repairs counted and bad rows located.
+
+Each column is dictionary-encoded, each distinct value is parsed once (numbers that are
+already canonical go through Arrow's decimal cast in bulk), and the results are mapped back
+to the rows. That keeps a million-row file to a few seconds.
+"""
+
+import json
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ingest import cells
+from ingest.focus_schema import FocusColumn, Kind
+
+MICROS_TYPE = pa.int64()
+TIMESTAMP_TYPE = pa.timestamp("us", tz="UTC")
+
+
+@dataclass
+class ColumnResult:
+    """A normalised column: values (typed), JSON fragments for the JSON blobs, and findings."""
+
+    values: pa.Array
+    repairs: Counter[str] = field(default_factory=Counter)
+    bad_rows: dict[int, tuple[str, str]] = field(default_factory=dict)
+    """0-based row index -> (reason, raw value) for values that could not be repaired."""
+
+
+def normalise_column(column: FocusColumn | None, raw: pa.Array, *, tags: bool = False) -> ColumnResult:
+    """Normalise a raw column (strings from CSV, or typed from Parquet).
+
+    ``column`` is None for provider ``x_`` columns, which are kept as text or flat JSON.
+    """
+    kind = column.kind if column else Kind.string
+    if pa.types.is_timestamp(raw.type) and kind is Kind.datetime:
+        return _typed_timestamps(raw)
+    if pa.types.is_map(raw.type):
+        raw = _maps_to_json_text(raw)
+    elif not (pa.types.is_string(raw.type) or pa.types.is_large_string(raw.type)):
+        return _typed_other(column, raw)
+    return _text_column(column, kind, raw, tags=tags)
+
+
+def _text_column(column: FocusColumn | None, kind: Kind, raw: pa.Array, *, tags: bool) -> ColumnResult:
+    encoded = pc.dictionary_encode(raw)
+    dictionary: pa.Array = encoded.dictionary
+    indices = pc.fill_null(encoded.indices, -1).to_numpy(zero_copy_only=False)
+    counts = np.bincount(indices[indices >= 0], minlength=len(dictionary))
+    result = ColumnResult(values=pa.nulls(0))
+
+    trimmed = pc.utf8_trim_whitespace(dictionary)
+    blank = pc.equal(trimmed, "").to_numpy(zero_copy_only=False)
+    literal = pc.is_in(pc.utf8_lower(trimmed), pa.array(sorted(cells.NULL_LITERALS)))
+    literal = literal.to_numpy(zero_copy_only=False) & ~blank
+    for repair, mask in (("empty_string_as_null", blank), ("null_literal_as_null", literal)):
+        if mask.any():
+            result.repairs[repair] += int(counts[mask].sum())
+    is_null = blank | literal
+
+    if kind is Kind.string and column is not None:
+        parsed = pc.if_else(pa.array(is_null), pa.scalar(None, pa.string()), dictionary)
+    else:
+        parsed, errors = _parse_distinct(column, kind, dictionary, is_null, counts, result, tags=tags)
+        for i, reason in errors.items():
+            for row in np.flatnonzero(indices == i):
+                result.bad_rows[int(row)] = (reason, dictionary[i].as_py())
+    result.values = parsed.take(pa.array(indices, mask=indices < 0))
+    return result
+
+
+def _parse_distinct(
+    column: FocusColumn | None,
+    kind: Kind,
+    dictionary: pa.Array,
+    is_null: np.ndarray,
+    counts: np.ndarray,
+    result: ColumnResult,
+    *,
+    tags: bool,
+) -> tuple[pa.Array, dict[int, str]]:
+    """Parse each distinct value once; canonical money goes through Arrow in bulk."""
+    out_type = _output_type(kind)
+    parsed: list[Any] = [None] * len(dictionary)
+    todo = ~is_null
+    if kind is Kind.money:
+        canonical = pc.match_substring_regex(dictionary, f"^{cells.CANONICAL_NUMBER.pattern}$")
+        fast = todo & canonical.to_numpy(zero_copy_only=False)
+        micros = _canonical_micros(dictionary.filter(pa.array(fast)))
+        if micros is not None:
+            for i, value in zip(np.flatnonzero(fast), micros, strict=True):
+                parsed[i] = int(value)
+            todo = todo & ~fast
+    errors: dict[int, str] = {}
+    parse = _parser_for(column, kind, tags=tags)
+    texts = dictionary.to_pylist()
+    for i in np.flatnonzero(todo):
+        try:
+            parsed[i], repair = parse(texts[i])
+        except ValueError as exc:
+            errors[int(i)] = str(exc)
+            continue
+        if repair:
+            result.repairs[repair] += int(counts[i])
+    return pa.array(parsed, type=out_type), errors
+
+
+def _canonical_micros(texts: pa.Array) -> np.ndarray | None:
+    """Micros of canonical decimal text via Arrow's exact decimal cast, rounded half-even.
+
+    Returns None when Arrow cannot represent a value (too many digits); the caller then
+    parses those values one by one with Decimal.
+    """
+    try:
+        exact = pc.cast(texts, pa.decimal128(38, 12))
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return None
+    rounded = pc.round(exact, ndigits=6, round_mode="half_to_even").cast(pa.decimal128(38, 6))
+    # A decimal128(38, 6) stores the unscaled value, i.e. micros, as a 128-bit integer.
+    words = np.frombuffer(rounded.buffers()[1], dtype=np.int64).reshape(-1, 2)
+    words = words[rounded.offset : rounded.offset + len(rounded)]
+    low, high = words[:, 0], words[:, 1]
+    if not np.array_equal(high, np.where(low < 0, -1, 0)):
+        return None  # beyond int64 micros: let the slow path report it
+    return low.copy()
+
+
+def _parser_for(
+    column: FocusColumn | None, kind: Kind, *, tags: bool
+) -> Callable[[str], tuple[Any, str | None]]:
+    if kind is Kind.money:
+        return cells.parse_money_micros
+    if kind is Kind.decimal:
+        return _decimal_text
+    if kind is Kind.datetime:
+        return cells.parse_timestamp
+    if kind is Kind.enum and column is not None:
+        allowed = column.allowed
+        return lambda text: cells.parse_enum(text, allowed)
+    if kind is Kind.open_enum and column is not None:
+        allowed = column.allowed
+        return lambda text: _open_enum(text, allowed)
+    if kind is Kind.json:
+        return lambda text: cells.parse_json_object(text, tags=tags)
+    if column is None:
+        return _provider_value
+    return lambda text: (text, None)
+
+
+def _decimal_text(text: str) -> tuple[str, str | None]:
+    value, repair = cells.parse_number(text)
+    return (text if repair is None else str(value)), repair
+
+
+def _open_enum(text: str, allowed: tuple[str, ...]) -> tuple[str, str | None]:
+    try:
+        return cells.parse_enum(text, allowed)
+    except ValueError:
+        return text, "nonstandard_value_kept"
+
+
+def _provider_value(text: str) -> tuple[str, str | None]:
+    """x_ columns: JSON objects (AWS writes maps such as x_Discounts that way) stay JSON."""
+    if text.startswith("{"):
+        try:
+            return json.dumps(json.loads(text), sort_keys=True, separators=(",", ":")), None
+        except json.JSONDecodeError:
+            pass
+    return json.dumps(text, ensure_ascii=False), None
+
+
+def _output_type(kind: Kind) -> pa.DataType:
+    if kind is Kind.money:
+        return MICROS_TYPE
+    if kind is Kind.datetime:
+        return TIMESTAMP_TYPE
+    return pa.string()
+
+
+def _typed_timestamps(raw: pa.Array) -> ColumnResult:
+    """Parquet timestamps: a zone-less one is read as UTC (AWS writes UTC)."""
+    unit_fixed = raw.cast(pa.timestamp("us", tz=raw.type.tz))
+    if raw.type.tz is None:
+        unit_fixed = pc.assume_timezone(unit_fixed, "UTC")
+    return ColumnResult(values=unit_fixed.cast(TIMESTAMP_TYPE))
+
+
+def _typed_other(column: FocusColumn | None, raw: pa.Array) -> ColumnResult:
+    """Parquet numbers (decimal, double, int): decimals convert exactly; doubles via their
+    shortest repr, which is the value the provider wrote."""
+    if pa.types.is_decimal(raw.type) or pa.types.is_integer(raw.type):
+        text = raw.cast(pa.string())
+    elif pa.types.is_floating(raw.type):
+        text = pa.array([None if v is None else repr(v) for v in raw.to_pylist()], pa.string())
+    elif pa.types.is_timestamp(raw.type):
+        as_utc = _typed_timestamps(raw).values
+        text = pc.strftime(as_utc, format="%Y-%m-%dT%H:%M:%SZ")
+    else:
+        text = raw.cast(pa.string())
+    kind = column.kind if column else Kind.string
+    return _text_column(column, kind, text, tags=False)
+
+
+def _maps_to_json_text(raw: pa.Array) -> pa.Array:
+    values = [None if m is None else json.dumps(dict(m)) for m in raw.to_pylist()]
+    return pa.array(values, pa.string())
+
+
+def json_fragments(kind: Kind, values: pa.Array) -> pa.Array:
+    """Each value as a JSON fragment (a quoted string, or an object for JSON columns)."""
+    if kind is Kind.json:
+        return values
+    if pa.types.is_timestamp(values.type):
+        values = pc.strftime(values, format="%Y-%m-%dT%H:%M:%SZ")
+    elif not pa.types.is_string(values.type):
+        values = values.cast(pa.string())
+    escaped = pc.replace_substring(values, "\\", "\\\\")
+    escaped = pc.replace_substring(escaped, '"', '\\"')
+    escaped = pc.replace_substring_regex(escaped, "\n", "\\\\n")
+    escaped = pc.replace_substring_regex(escaped, "\r", "\\\\r")
+    escaped = pc.replace_substring_regex(escaped, "\t", "\\\\t")
+    return pc.binary_join_element_wise('"', escaped, '"', "")
+
+
+def json_objects(named_fragments: list[tuple[str, pa.Array]], length: int) -> pa.Array:
+    """Build one compact JSON object per row from per-column fragments; nulls are left out."""
+    if not named_fragments:
+        return pa.array(["{}"] * length, pa.string())
+    parts = []
+    for name, fragment in named_fragments:
+        prefix = "," + json.dumps(name) + ":"
+        joined = pc.binary_join_element_wise(prefix, fragment, "")
+        parts.append(pc.if_else(pc.is_null(fragment), "", joined))
+    body = pc.utf8_ltrim(pc.binary_join_element_wise(*parts, ""), characters=",")
+    return pc.binary_join_element_wise("{", body, "}", "")
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)

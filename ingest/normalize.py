@@ -1,0 +1,220 @@
+"""Turn a raw billing file into rows shaped like the ``billing_rows`` table.
+
+Validates the FOCUS header (mandatory columns for the file's version), normalises every
+cell, counts repairs, and either rejects the file (strict) or drops the bad rows (lenient).
+"""
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ingest import focus_schema
+from ingest.columns import ColumnResult, json_fragments, json_objects, normalise_column
+from ingest.errors import IngestError, Problem
+from ingest.focus_schema import FocusColumn, Kind
+from ingest.readers import RawFile
+
+# FOCUS columns that have their own table column; every other FOCUS column goes to JSON.
+TYPED_COLUMNS: dict[str, str] = {
+    "BillingPeriodStart": "billing_period_start",
+    "BillingPeriodEnd": "billing_period_end",
+    "ChargePeriodStart": "charge_period_start",
+    "ChargePeriodEnd": "charge_period_end",
+    "BilledCost": "billed_cost_micros",
+    "EffectiveCost": "effective_cost_micros",
+    "ListCost": "list_cost_micros",
+    "ContractedCost": "contracted_cost_micros",
+    "BillingCurrency": "billing_currency",
+    "ChargeCategory": "charge_category",
+    "ChargeClass": "charge_class",
+    "ChargeFrequency": "charge_frequency",
+    "ChargeDescription": "charge_description",
+    "PricingCategory": "pricing_category",
+    "PricingQuantity": "pricing_quantity",
+    "PricingUnit": "pricing_unit",
+    "ConsumedQuantity": "consumed_quantity",
+    "ConsumedUnit": "consumed_unit",
+    "ProviderName": "provider_name",
+    "PublisherName": "publisher_name",
+    "InvoiceIssuerName": "invoice_issuer_name",
+    "BillingAccountId": "billing_account_id",
+    "BillingAccountName": "billing_account_name",
+    "SubAccountId": "sub_account_id",
+    "ServiceCategory": "service_category",
+    "ServiceName": "service_name",
+    "ResourceId": "resource_id",
+    "ResourceType": "resource_type",
+    "RegionId": "region_id",
+    "SkuId": "sku_id",
+    "Tags": "tags",
+}
+# Columns the spec says are never null; checked on the rows when the column is present.
+NOT_NULL = (
+    "BilledCost", "EffectiveCost", "ListCost", "ContractedCost", "BillingCurrency",
+    "BillingPeriodStart", "BillingPeriodEnd", "ChargePeriodStart", "ChargePeriodEnd",
+    "ChargeCategory",
+)
+OUTPUT_COLUMNS = ("source_row", *TYPED_COLUMNS.values(), "focus_columns", "provider_columns")
+
+
+@dataclass(frozen=True, slots=True)
+class NormaliseOptions:
+    focus_version: str | None = None
+    """Validate against this FOCUS version; None detects it from the columns present."""
+    allow_missing_columns: bool = False
+    lenient: bool = False
+
+
+@dataclass
+class NormalisedFile:
+    name: str
+    focus_version: str
+    table: pa.Table
+    """Columns named as in ``billing_rows`` plus ``source_row``; one row per kept input row."""
+    repairs: Counter[str] = field(default_factory=Counter)
+    rejected: list[Problem] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+
+def normalise_file(raw: RawFile, options: NormaliseOptions) -> NormalisedFile:
+    """Validate and normalise one raw file.
+
+    Raises:
+        IngestError: On a header problem, or (strict mode) on any cell that cannot be repaired.
+    """
+    out = NormalisedFile(raw.name, "", pa.table({}))
+    if raw.had_bom:
+        out.repairs["byte_order_mark"] += 1
+    focus, provider = _map_header(raw, out)
+    out.focus_version = options.focus_version or focus_schema.detect_version(set(focus))
+    _check_mandatory(raw.name, set(focus), out.focus_version, options)
+
+    length = raw.table.num_rows
+    results: dict[str, ColumnResult] = {}
+    for name, source in focus.items():
+        column = focus_schema.BY_NAME[name]
+        results[name] = normalise_column(column, _array(raw.table, source), tags=name == "Tags")
+    provider_results = {
+        name: normalise_column(None, _array(raw.table, name)) for name in provider
+    }
+
+    problems = _cell_problems(raw.name, results | provider_results)
+    problems += _row_problems(raw.name, results)
+    for result in (*results.values(), *provider_results.values()):
+        out.repairs.update(result.repairs)
+    bad = np.zeros(length, dtype=bool)
+    if problems:
+        if not options.lenient:
+            raise IngestError(sorted(problems, key=lambda p: (p.row or 0, p.column or "")))
+        out.rejected = sorted(problems, key=lambda p: (p.row or 0, p.column or ""))
+        bad[[p.row - 1 for p in problems if p.row is not None]] = True
+
+    out.table = _output_table(results, provider_results, length).filter(pa.array(~bad))
+    return out
+
+
+def _array(table: pa.Table, name: str) -> pa.Array:
+    return table.column(name).combine_chunks()
+
+
+def _map_header(raw: RawFile, out: NormalisedFile) -> tuple[dict[str, str], list[str]]:
+    """FOCUS name -> name in the file, and the provider (``x_`` or unknown) columns."""
+    focus: dict[str, str] = {}
+    provider: list[str] = []
+    for name in raw.table.column_names:
+        column = focus_schema.BY_NAME.get(name) or focus_schema.BY_LOWER_NAME.get(name.lower())
+        if column is None:
+            provider.append(name)
+            if not name.startswith("x_"):
+                out.warnings.append(f"{raw.name}: column {name!r} is not FOCUS and has no x_ "
+                                    "prefix; kept with the provider columns")
+            continue
+        if column.name in focus:
+            raise IngestError([Problem(raw.name, "column appears twice (names differ only in "
+                                       "case)", column=column.name)])
+        if column.name != name:
+            out.repairs["column_name_case"] += 1
+        focus[column.name] = name
+    return focus, provider
+
+
+def _check_mandatory(name: str, present: set[str], version: str,
+                     options: NormaliseOptions) -> None:
+    mandatory = set(focus_schema.MANDATORY[version])
+    if version == "1.3" and "ProviderName" in present:
+        mandatory -= {"ServiceProviderName"}  # the deprecated 1.2 name still serves
+    missing = sorted(mandatory - present)
+    if "BillingPeriodStart" in missing:
+        raise IngestError([Problem(name, "missing mandatory column; it is needed to group rows "
+                                   "by billing period", column="BillingPeriodStart")])
+    if missing and not options.allow_missing_columns:
+        raise IngestError([Problem(
+            name,
+            f"missing mandatory FOCUS {version} columns: {', '.join(missing)} "
+            "(use --allow-missing-columns to read them as null)",
+        )])
+
+
+def _cell_problems(file: str, results: dict[str, ColumnResult]) -> list[Problem]:
+    return [
+        Problem(file, reason, row=row + 1, column=name, value=value)
+        for name, result in results.items()
+        for row, (reason, value) in result.bad_rows.items()
+    ]
+
+
+def _row_problems(file: str, results: dict[str, ColumnResult]) -> list[Problem]:
+    problems = []
+    for name in NOT_NULL:
+        if name in results:
+            already_bad = set(results[name].bad_rows)
+            nulls = np.flatnonzero(pc.is_null(results[name].values).to_numpy(zero_copy_only=False))
+            problems += [Problem(file, "must not be null", row=int(r) + 1, column=name)
+                         for r in nulls if int(r) not in already_bad]
+    for start, end in (("ChargePeriodStart", "ChargePeriodEnd"),
+                       ("BillingPeriodStart", "BillingPeriodEnd")):
+        if start in results and end in results:
+            backwards = pc.less_equal(results[end].values, results[start].values)
+            rows = np.flatnonzero(pc.fill_null(backwards, False).to_numpy(zero_copy_only=False))
+            problems += [Problem(file, f"{end} must be after {start} (periods are half-open)",
+                                 row=int(r) + 1, column=end) for r in rows]
+    return problems
+
+
+def _output_table(results: dict[str, ColumnResult], provider: dict[str, ColumnResult],
+                  length: int) -> pa.Table:
+    columns: dict[str, pa.Array] = {
+        "source_row": pa.array(np.arange(1, length + 1, dtype=np.int32)),
+    }
+    for focus_name, db_name in TYPED_COLUMNS.items():
+        if focus_name in results:
+            columns[db_name] = results[focus_name].values
+        else:
+            kind = focus_schema.BY_NAME[focus_name].kind
+            columns[db_name] = pa.nulls(length, _null_type(kind))
+    if "ProviderName" not in results and "ServiceProviderName" in results:
+        columns["provider_name"] = results["ServiceProviderName"].values
+    extra = [
+        (name, json_fragments(focus_schema.BY_NAME[name].kind, result.values))
+        for name, result in results.items() if name not in TYPED_COLUMNS
+    ]
+    columns["focus_columns"] = json_objects(extra, length)
+    columns["provider_columns"] = json_objects(
+        [(name, result.values) for name, result in provider.items()], length
+    )
+    return pa.table(columns)
+
+
+def _null_type(kind: Kind) -> pa.DataType:
+    if kind is Kind.money:
+        return pa.int64()
+    if kind is Kind.datetime:
+        return pa.timestamp("us", tz="UTC")
+    return pa.string()
+
+
+def column_of(name: str) -> FocusColumn:
+    return focus_schema.BY_NAME[name]

@@ -1,0 +1,118 @@
+"""The ingest report: what was read, repaired, rejected and written, with money totals."""
+
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from app.domain.money import format_micros
+from ingest.errors import Problem
+
+NO_CURRENCY = "(none)"
+
+
+@dataclass
+class CostTotals:
+    billed_cost_micros: int = 0
+    effective_cost_micros: int = 0
+
+    def add(self, other: "CostTotals") -> None:
+        self.billed_cost_micros += other.billed_cost_micros
+        self.effective_cost_micros += other.effective_cost_micros
+
+    def to_json(self) -> dict[str, str]:
+        return {"BilledCost": format_micros(self.billed_cost_micros),
+                "EffectiveCost": format_micros(self.effective_cost_micros)}
+
+
+@dataclass
+class PeriodReport:
+    source: str
+    billing_period_start: datetime
+    billing_period_end: datetime
+    rows: int
+    action: str
+    rows_by_provider: dict[str, int]
+    totals_by_currency: dict[str, CostTotals]
+
+
+@dataclass
+class FileReport:
+    name: str
+    focus_version: str
+    rows_read: int
+    rows_kept: int
+
+
+@dataclass
+class IngestReport:
+    files: list[FileReport] = field(default_factory=list)
+    periods: list[PeriodReport] = field(default_factory=list)
+    repairs: Counter[str] = field(default_factory=Counter)
+    rejects: list[Problem] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def rows(self) -> int:
+        return sum(p.rows for p in self.periods)
+
+    def totals_by_currency(self) -> dict[str, CostTotals]:
+        totals: dict[str, CostTotals] = {}
+        for period in self.periods:
+            for currency, amount in period.totals_by_currency.items():
+                totals.setdefault(currency, CostTotals()).add(amount)
+        return totals
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "files": [vars(f) for f in self.files],
+            "rows": self.rows,
+            "periods": [
+                {
+                    "source": p.source,
+                    "billing_period_start": _iso(p.billing_period_start),
+                    "billing_period_end": _iso(p.billing_period_end),
+                    "rows": p.rows,
+                    "action": p.action,
+                    "rows_by_provider": p.rows_by_provider,
+                    "totals": {c: t.to_json() for c, t in sorted(p.totals_by_currency.items())},
+                }
+                for p in self.periods
+            ],
+            "totals": {c: t.to_json() for c, t in sorted(self.totals_by_currency().items())},
+            "repairs": dict(sorted(self.repairs.items())),
+            "rejects": [
+                {"file": r.file, "row": r.row, "column": r.column, "value": r.value,
+                 "reason": r.reason}
+                for r in self.rejects
+            ],
+            "warnings": self.warnings,
+        }
+
+    def to_text(self) -> str:
+        lines = [f"Read {len(self.files)} file(s), {sum(f.rows_read for f in self.files)} rows; "
+                 f"{self.rows} rows in {len(self.periods)} billing period(s)."]
+        for p in self.periods:
+            providers = ", ".join(f"{k} {v}" for k, v in sorted(p.rows_by_provider.items()))
+            lines.append(f"  {p.billing_period_start:%Y-%m-%d} .. {p.billing_period_end:%Y-%m-%d}"
+                         f"  {p.action:<9} {p.rows:>9} rows  [{providers}]  {p.source}")
+            for currency, t in sorted(p.totals_by_currency.items()):
+                lines.append(f"      {currency:<6} BilledCost {format_micros(t.billed_cost_micros)}"
+                             f"  EffectiveCost {format_micros(t.effective_cost_micros)}")
+        lines.append("Totals:")
+        for currency, t in sorted(self.totals_by_currency().items()):
+            lines.append(f"  {currency:<6} BilledCost {format_micros(t.billed_cost_micros)}"
+                         f"  EffectiveCost {format_micros(t.effective_cost_micros)}")
+        if self.repairs:
+            lines.append("Repairs: " + ", ".join(f"{k} {v}" for k, v in sorted(self.repairs.items())))
+        if self.rejects:
+            lines.append(f"Rejected {len(self.rejects)} cell(s) (--lenient skipped their rows):")
+            lines += [f"  {r}" for r in self.rejects[:50]]
+            if len(self.rejects) > 50:
+                lines.append(f"  ... and {len(self.rejects) - 50} more (see --json)")
+        lines += [f"Warning: {w}" for w in self.warnings]
+        return "\n".join(lines)
+
+
+def _iso(value: datetime) -> str:
+    return value.strftime("%Y-%m-%dT%H:%M:%SZ")
