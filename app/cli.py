@@ -11,6 +11,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from sqlalchemy import Engine
 
 from app import migrate
 from app.db import make_engine
@@ -49,13 +50,17 @@ def user_errors() -> Iterator[None]:
         raise typer.Exit(2) from None
 
 
-def engine_for(settings: Settings, *, migrate_sqlite: bool = True):  # type: ignore[no-untyped-def]
-    """An engine on a current schema: the embedded SQLite database is migrated on first use;
-    PostgreSQL must be migrated explicitly (`specledger db upgrade`)."""
+@contextmanager
+def open_engine(settings: Settings) -> Iterator[Engine]:
+    """An engine on a current schema, disposed afterwards. The embedded SQLite database is
+    migrated on first use; PostgreSQL must be migrated explicitly (`specledger db upgrade`)."""
     engine = make_engine(settings.database_url)
-    migrate.ensure_schema(engine, settings.database_url,
-                          auto_migrate=migrate_sqlite and engine.dialect.name == "sqlite")
-    return engine
+    try:
+        migrate.ensure_schema(engine, settings.database_url,
+                              auto_migrate=engine.dialect.name == "sqlite")
+        yield engine
+    finally:
+        engine.dispose()
 
 
 @contextmanager
@@ -96,7 +101,9 @@ def db_downgrade(revision: Annotated[str, typer.Argument(help="Target revision, 
 def db_current() -> None:
     """Show the database's migration revision and the newest one."""
     settings = get_settings()
-    current = migrate.current_revision(make_engine(settings.database_url))
+    engine = make_engine(settings.database_url)
+    current = migrate.current_revision(engine)
+    engine.dispose()
     out.print(f"current: {current or '(empty)'}  head: {migrate.head_revision(settings.database_url)}")
 
 
@@ -139,10 +146,9 @@ def ingest_billing(
         normalise=NormaliseOptions(focus_version=focus_version,
                                    allow_missing_columns=allow_missing_columns, lenient=lenient),
         source=source, force=force, s3_endpoint_url=settings.s3_endpoint_url)
-    with user_errors():
-        engine = engine_for(settings)
-        with progress_bar(sys.stdout.isatty() and not as_json) as hook:
-            report = run(engine, path, options, progress=hook)  # type: ignore[arg-type]
+    with user_errors(), open_engine(settings) as engine, progress_bar(
+            sys.stdout.isatty() and not as_json) as hook:
+        report = run(engine, path, options, progress=hook)  # type: ignore[arg-type]
     if as_json:
         print(json.dumps(report.to_json(), indent=2))
     else:
@@ -219,9 +225,9 @@ def demo() -> None:
 
     settings = get_settings()
     with user_errors():
-        engine = engine_for(settings)
         bill = resources.files("app").joinpath("data/demo_bill.csv.gz")
-        with resources.as_file(bill) as path, progress_bar(sys.stdout.isatty()) as hook:
+        with open_engine(settings) as engine, resources.as_file(bill) as path, progress_bar(
+                sys.stdout.isatty()) as hook:
             report = run(engine, str(path), IngestOptions(source="demo-bill"),
                          progress=hook)  # type: ignore[arg-type]
     typer.echo(report.to_text())

@@ -1,0 +1,74 @@
+"""Shared fixtures: every database test runs on SQLite and on PostgreSQL, through migrations."""
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import Engine, make_url, text
+
+from app import migrate
+from app.db import Base, make_engine
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+
+
+def _postgres_url(worker: str) -> str:
+    url = os.environ.get("SPECLEDGER_TEST_POSTGRES_URL")
+    if not url:
+        if os.environ.get("CI"):
+            pytest.fail("CI must provide SPECLEDGER_TEST_POSTGRES_URL (make test does)")
+        pytest.skip("set SPECLEDGER_TEST_POSTGRES_URL to run the PostgreSQL half")
+    if worker == "master":
+        return url
+    # One database per xdist worker, created on demand.
+    parsed = make_url(url)
+    name = f"{parsed.database}_{worker}"
+    admin = make_engine(parsed.set(database="postgres").render_as_string(hide_password=False),
+                        isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        if not conn.execute(text("SELECT 1 FROM pg_database WHERE datname = :n"), {"n": name}).first():
+            conn.execute(text(f'CREATE DATABASE "{name}"'))
+    admin.dispose()
+    return parsed.set(database=name).render_as_string(hide_password=False)
+
+
+@pytest.fixture(scope="session", params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def db_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
+           worker_id: str) -> str:
+    if request.param == "sqlite":
+        return f"sqlite+pysqlite:///{tmp_path_factory.mktemp('db') / 'specledger.db'}"
+    return _postgres_url(worker_id)
+
+
+@pytest.fixture(scope="session")
+def migrated_engine(db_url: str) -> Iterator[Engine]:
+    """A database migrated to head for the session, dropped to base at the end."""
+    engine = make_engine(db_url)
+    migrate.downgrade(db_url, "base")  # a previous run may have been interrupted
+    migrate.upgrade(db_url)
+    yield engine
+    engine.dispose()
+    migrate.downgrade(db_url, "base")
+
+
+@pytest.fixture
+def engine(migrated_engine: Engine) -> Iterator[Engine]:
+    """The migrated database, emptied after each test (code under test commits for real)."""
+    yield migrated_engine
+    with migrated_engine.begin() as conn:
+        for table in reversed(Base.metadata.sorted_tables):
+            conn.execute(table.delete())
+
+
+@pytest.fixture
+def cli_env(engine: Engine, db_url: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[str]:
+    """Point the CLI's settings at the test database."""
+    from app.settings import get_settings
+
+    monkeypatch.setenv("SPECLEDGER_DATABASE_URL", db_url)
+    monkeypatch.setenv("SPECLEDGER_DATA_DIR", str(tmp_path / "data"))
+    get_settings.cache_clear()
+    yield db_url
+    get_settings.cache_clear()
