@@ -91,7 +91,9 @@ class SweepProblem:
         """Log modelled throughput of every row, in the order of ``log_measured``."""
         step, specs = self.unpack(theta)
         base = np.asarray(self.baseline_concurrency)
-        parts = [np.log(base / step.step_s(concurrency=base, tokens_per_sequence=1.0))]
+        plain_s = step.step_s(concurrency=base, tokens_per_sequence=1.0)
+        # Bounds keep parameters >= 0; the floor at 1e-300 only guards a zero step time.
+        parts = [np.log(base / np.maximum(plain_s, 1e-300))]
         for slot, spec in zip(self.slots, specs, strict=True):
             batch = np.asarray(slot.config.concurrency)
             if slot.acceptance_index is None:
@@ -213,9 +215,10 @@ def solve(
     lower, upper = np.asarray(problem.lower), np.asarray(problem.upper)
     best = None
     for start in starts:
-        span = np.where(np.isfinite(upper), upper - lower, np.abs(start) + 1.0)
+        finite_upper = np.isfinite(upper)
+        span = np.where(finite_upper, upper - lower, np.maximum(np.abs(start), 1e-12))
         x0 = np.clip(
-            start, lower + 1e-6 * span, np.where(np.isfinite(upper), upper - 1e-6 * span, np.inf)
+            start, lower + 1e-6 * span, np.where(finite_upper, upper - 1e-6 * span, np.inf)
         )
         result = least_squares(
             problem.residuals,

@@ -251,8 +251,15 @@ def _analyse_config(
 
 
 def _check_options(
-    *, bootstrap_samples: int, confidence: float, max_k: int | None, max_batch_size: int
+    *,
+    bootstrap_samples: int,
+    confidence: float,
+    max_k: int | None,
+    max_batch_size: int,
+    bootstrap_range_factor: float,
 ) -> None:
+    if not bootstrap_range_factor >= 1.0:
+        raise InvalidInput(f"bootstrap_range_factor must be >= 1, got {bootstrap_range_factor}")
     if bootstrap_samples < 0:
         raise InvalidInput(f"bootstrap_samples must be >= 0, got {bootstrap_samples}")
     if not 0.0 < confidence < 1.0:
@@ -307,6 +314,7 @@ def fit_breakeven(
         confidence=confidence,
         max_k=max_k,
         max_batch_size=max_batch_size,
+        bootstrap_range_factor=bootstrap_range_factor,
     )
     sweep = validate_sweep(points)
     names = [c.config for c in sweep.speculative]
