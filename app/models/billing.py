@@ -10,6 +10,9 @@ from sqlalchemy.orm import Mapped, mapped_column
 from app.db import Base, BigIntId, UTCDateTime
 
 JsonType = JSON().with_variant(JSONB(), "postgresql")
+# The wide per-row blobs are read back whole, never queried inside: plain JSON (kept as text)
+# loads much faster than JSONB on PostgreSQL.
+JsonText = JSON()
 
 
 class BillingDelivery(Base):
@@ -97,7 +100,7 @@ class BillingRow(Base):
 
     tags: Mapped[dict[str, Any] | None] = mapped_column(JsonType, nullable=True)
     """Finalised tags as a flat object; ``user:`` prefixes removed."""
-    focus_columns: Mapped[dict[str, Any]] = mapped_column(JsonType)
+    focus_columns: Mapped[dict[str, Any]] = mapped_column(JsonText)
     """Every other FOCUS column of the row, by its FOCUS name, as text."""
-    provider_columns: Mapped[dict[str, Any]] = mapped_column(JsonType)
+    provider_columns: Mapped[dict[str, Any]] = mapped_column(JsonText)
     """The provider's ``x_`` columns, by name."""

@@ -75,8 +75,8 @@ def upgrade() -> None:
     sa.Column('region_id', sa.String(length=64), nullable=True),
     sa.Column('sku_id', sa.String(length=256), nullable=True),
     sa.Column('tags', sa.JSON().with_variant(postgresql.JSONB(astext_type=sa.Text()), 'postgresql'), nullable=True),
-    sa.Column('focus_columns', sa.JSON().with_variant(postgresql.JSONB(astext_type=sa.Text()), 'postgresql'), nullable=False),
-    sa.Column('provider_columns', sa.JSON().with_variant(postgresql.JSONB(astext_type=sa.Text()), 'postgresql'), nullable=False),
+    sa.Column('focus_columns', sa.JSON(), nullable=False),
+    sa.Column('provider_columns', sa.JSON(), nullable=False),
     sa.ForeignKeyConstraint(['delivery_id'], ['billing_deliveries.id'], name=op.f('fk_billing_rows_delivery_id_billing_deliveries'), ondelete='CASCADE'),
     sa.PrimaryKeyConstraint('id', name=op.f('pk_billing_rows'))
     )
