@@ -140,8 +140,8 @@ def split_by_weight_arrays(
     * larger groups, and totals of exactly ``-2**63``, fall back to Python integers per
       group (same result, slower).
 
-    Cost is one ``lexsort`` of the rows plus a few linear passes: about a second for
-    10 million rows.
+    Cost is one ``lexsort`` of the rows plus a few linear passes: about half a second per
+    million rows on one core.
 
     Args:
         totals_micros: Amount per group, in micros; negative for credits. Shape ``(n_groups,)``.

@@ -60,9 +60,7 @@ def session_totals(
     by_session: dict[S, list[tuple[int, int]]] = {}
     for session, start, end in intervals:
         by_session.setdefault(session, []).append((start, end))
-    return {
-        session: union_length(pairs, window=window) for session, pairs in by_session.items()
-    }
+    return {session: union_length(pairs, window=window) for session, pairs in by_session.items()}
 
 
 def _clipped(
