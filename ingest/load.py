@@ -1,19 +1,15 @@
 """Idempotent load of one source's billing period: replace it as a whole, in one transaction."""
 
-import io
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 
 import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.csv as pacsv
 from sqlalchemy import Connection, delete, insert, select, update
 
+from app.bulk import bulk_insert
 from app.models import BillingDelivery, BillingRow
 from ingest.normalize import OUTPUT_COLUMNS
-
-_BATCH_ROWS = 50_000
 
 
 class LoadAction(StrEnum):
@@ -81,33 +77,4 @@ def load_period(conn: Connection, delivery: PeriodDelivery, *, now: datetime,
 
 
 def _bulk_insert(conn: Connection, rows: pa.Table) -> None:
-    names = ["delivery_id", "source_file", *OUTPUT_COLUMNS]
-    rows = rows.select(names)
-    if conn.dialect.name == "postgresql":
-        _copy_postgres(conn, rows, names)
-    else:
-        _executemany(conn, rows, names)
-
-
-def _copy_postgres(conn: Connection, rows: pa.Table, names: list[str]) -> None:
-    """COPY in CSV: Arrow writes nulls as empty fields and empty strings as "", which is
-    exactly how PostgreSQL's CSV format tells them apart."""
-    cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
-    statement = f"COPY billing_rows ({', '.join(names)}) FROM STDIN WITH (FORMAT csv)"
-    with cursor.copy(statement) as copy:
-        for batch in rows.to_batches(max_chunksize=_BATCH_ROWS):
-            buffer = io.BytesIO()
-            pacsv.write_csv(batch, buffer, pacsv.WriteOptions(include_header=False))
-            copy.write(buffer.getvalue())
-
-
-def _executemany(conn: Connection, rows: pa.Table, names: list[str]) -> None:
-    """SQLite: plain DB-API executemany, with times in the text form SQLAlchemy reads back."""
-    statement = f"INSERT INTO billing_rows ({', '.join(names)}) VALUES ({', '.join('?' * len(names))})"
-    cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
-    for batch in rows.to_batches(max_chunksize=_BATCH_ROWS):
-        columns = [
-            pc.strftime(col, format="%Y-%m-%d %H:%M:%S") if pa.types.is_timestamp(col.type) else col
-            for col in batch.columns
-        ]
-        cursor.executemany(statement, zip(*(c.to_pylist() for c in columns), strict=True))
+    bulk_insert(conn, "billing_rows", rows.select(["delivery_id", "source_file", *OUTPUT_COLUMNS]))

@@ -2,8 +2,9 @@
 
 from app.models.billing import BillingDelivery, BillingRow
 from app.models.deployment import Deployment, Replica
+from app.models.ledger import AllocationRun, LedgerClosure, LedgerEntry
 from app.models.sweep import Sweep, SweepPointRecord
 from app.models.usage import ReplicaIdle, UsageRecord
 
-__all__ = ["BillingDelivery", "BillingRow", "Deployment", "Replica", "ReplicaIdle", "Sweep",
-           "SweepPointRecord", "UsageRecord"]
+__all__ = ["AllocationRun", "BillingDelivery", "BillingRow", "Deployment", "LedgerClosure",
+           "LedgerEntry", "Replica", "ReplicaIdle", "Sweep", "SweepPointRecord", "UsageRecord"]

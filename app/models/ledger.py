@@ -1,0 +1,79 @@
+"""The unit-cost ledger: allocation runs, their append-only entries, and closed months."""
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import BigInteger, ForeignKey, Index, Integer, String
+from sqlalchemy.orm import Mapped, mapped_column
+
+from app.db import Base, BigIntId, UTCDateTime
+from app.models.billing import JsonType
+
+
+class AllocationRun(Base):
+    """One allocation of a window's billing; re-running an open month replaces the run."""
+
+    __tablename__ = "allocation_runs"
+
+    id: Mapped[int] = mapped_column(BigIntId, primary_key=True, autoincrement=True)
+    month: Mapped[str | None] = mapped_column(String(7), nullable=True, index=True)
+    """``YYYY-MM`` for a month run (closable); None for an ad-hoc window."""
+    window_start: Mapped[datetime] = mapped_column(UTCDateTime())
+    window_end: Mapped[datetime] = mapped_column(UTCDateTime())
+    share_idle: Mapped[bool]
+    status: Mapped[str] = mapped_column(String(16))
+    """``current`` or ``replaced``."""
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    replaced_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    entry_count: Mapped[int] = mapped_column(Integer, default=0)
+    summary: Mapped[dict[str, Any]] = mapped_column(JsonType, default=dict)
+
+
+class LedgerEntry(Base):
+    """A share of one billing row: a request's, the idle remainder's, a shared cost's, an
+    unallocated row, or an adjustment to a closed month. Never updated; deleted only when an
+    open month is re-run."""
+
+    __tablename__ = "ledger_entries"
+    __table_args__ = (
+        Index("ix_ledger_entries_month_kind", "booked_month", "kind"),
+        Index("ix_ledger_entries_billing_row", "billing_row_id"),
+    )
+
+    id: Mapped[int] = mapped_column(BigIntId, primary_key=True, autoincrement=True)
+    run_id: Mapped[int] = mapped_column(BigInteger, ForeignKey("allocation_runs.id"), index=True)
+    booked_month: Mapped[str] = mapped_column(String(7))
+    """The accounting month (``YYYY-MM``) the entry belongs to."""
+    corrects_month: Mapped[str | None] = mapped_column(String(7), nullable=True)
+    """For adjustments: the closed month whose allocation this entry corrects."""
+    kind: Mapped[str] = mapped_column(String(16))
+    """``request``, ``idle``, ``shared``, ``unallocated`` or ``adjustment``."""
+    method: Mapped[str] = mapped_column(String(32))
+    """How the share was computed: gpu_seconds, proportional, even, team, none, restatement."""
+    billing_row_id: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    charge_period_start: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    charge_period_end: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    deployment: Mapped[str | None] = mapped_column(String(128), nullable=True, index=True)
+    replica: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    event_id: Mapped[str | None] = mapped_column(String(64), nullable=True, index=True)
+    session_id: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    team: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    gpu_ns: Mapped[int] = mapped_column(BigInteger, default=0)
+    """The allocation basis this entry got its share for (GPU-nanoseconds)."""
+    effective_cost_micros: Mapped[int] = mapped_column(BigInteger)
+    """Share of the row's EffectiveCost (amortised) in micros of currency."""
+    billed_cost_micros: Mapped[int] = mapped_column(BigInteger)
+    """Share of the row's BilledCost (cash) in micros of currency."""
+    currency: Mapped[str] = mapped_column(String(8))
+
+
+class LedgerClosure(Base):
+    """A closed month: its entries are frozen (database triggers refuse changes)."""
+
+    __tablename__ = "ledger_closures"
+
+    month: Mapped[str] = mapped_column(String(7), primary_key=True)
+    closed_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    run_id: Mapped[int] = mapped_column(BigInteger, ForeignKey("allocation_runs.id"))
+    billing_fingerprint: Mapped[str] = mapped_column(String(64))
+    """Hash of the billing the month was closed on: a change means a restatement."""
