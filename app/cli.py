@@ -17,6 +17,7 @@ from app import migrate
 from app.db import make_engine
 from app.settings import Settings, get_settings
 from ingest.errors import IngestError
+from serving.cli import engine_app, models_app
 
 app = typer.Typer(
     help="SpecLedger: what speculative LLM serving costs, per session and team, reconciled to "
@@ -31,6 +32,8 @@ billing_app = typer.Typer(help="Billing utilities (synthetic FOCUS bills).", no_
 app.add_typer(db_app, name="db")
 app.add_typer(ingest_app, name="ingest")
 app.add_typer(billing_app, name="billing")
+app.add_typer(models_app, name="models")
+app.add_typer(engine_app, name="engine")
 
 err = Console(stderr=True)
 out = Console()

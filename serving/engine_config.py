@@ -1,0 +1,160 @@
+"""Typed description of one vLLM engine deployment, saved as JSON per deployment.
+
+The names here are ours; `serving.launcher` alone turns them into vLLM flags.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal, Self
+
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, PositiveInt, model_validator
+
+DEFAULT_ENGINES_DIR = Path(".specledger/engines")
+DEFAULT_VLLM_PYTHON = Path(".venv-vllm/bin/python")
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class NoSpeculation(_Frozen):
+    """Plain decoding: the baseline every speculative setting is compared against."""
+
+    method: Literal["none"] = "none"
+
+
+class NgramSpeculation(_Frozen):
+    """Model-free drafting by prompt lookup (copies n-grams seen earlier in the context)."""
+
+    method: Literal["ngram"] = "ngram"
+    k: PositiveInt = 4
+    prompt_lookup_min: PositiveInt = 2
+    prompt_lookup_max: PositiveInt = 4
+    extra: dict[str, JsonValue] = Field(default_factory=dict)
+    """Further speculative-config keys passed through verbatim (e.g. a synthetic sampler)."""
+
+    @model_validator(mode="after")
+    def _window_is_ordered(self) -> Self:
+        if self.prompt_lookup_min > self.prompt_lookup_max:
+            raise ValueError("prompt_lookup_min must not exceed prompt_lookup_max")
+        return self
+
+
+class DraftModelSpeculation(_Frozen):
+    """A smaller model with the target's tokenizer proposes ``k`` tokens per step."""
+
+    method: Literal["draft_model"] = "draft_model"
+    draft_model: str
+    """Path or name of the draft model."""
+    k: PositiveInt = 4
+    extra: dict[str, JsonValue] = Field(default_factory=dict)
+
+
+class OtherSpeculation(_Frozen):
+    """Any other vLLM method (eagle3, mtp, suffix, ...), its options passed through as given."""
+
+    method: Literal["other"] = "other"
+    vllm_method: str
+    """vLLM's own name for the method."""
+    options: dict[str, JsonValue] = Field(default_factory=dict)
+    """Remaining speculative-config keys, e.g. ``model`` and ``num_speculative_tokens``."""
+
+
+Speculation = Annotated[
+    NoSpeculation | NgramSpeculation | DraftModelSpeculation | OtherSpeculation,
+    Field(discriminator="method"),
+]
+
+
+class BatchSizeBand(_Frozen):
+    """Speculate ``k`` tokens while the running batch holds ``start``..``end`` requests."""
+
+    start: PositiveInt
+    end: PositiveInt
+    """Inclusive, as vLLM reads it."""
+    k: Annotated[int, Field(ge=0)]
+    """0 turns drafting off in this band."""
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Self:
+        if self.start > self.end:
+            raise ValueError(f"band start {self.start} is after its end {self.end}")
+        return self
+
+
+class EngineConfig(_Frozen):
+    """Everything needed to start one vLLM OpenAI-compatible server."""
+
+    name: str = "default"
+    """Deployment name: names the config, state and log files."""
+    model: str
+    """Target model: a local directory (prepared by ``models prepare``) or a model name."""
+    served_model_name: str | None = None
+    """Name clients send as ``model``; defaults to the last part of ``model``."""
+    speculation: Speculation = Field(default_factory=NoSpeculation)
+    batch_size_schedule: tuple[BatchSizeBand, ...] | None = None
+    """Dynamic speculation: the ``k`` to use per running-batch-size band."""
+    dtype: Literal["bfloat16", "float16", "float32", "auto"] = "bfloat16"
+    max_model_len: PositiveInt = 2048
+    gpu_memory_utilization: Annotated[float, Field(gt=0, le=1)] = 0.3
+    """Share of device memory for weights and KV cache; of host memory on CPU."""
+    host: str = "127.0.0.1"
+    port: Annotated[int, Field(ge=1, le=65535)] = 8100
+    enforce_eager: bool = True
+    """No graph capture: on CPU this cuts start-up from ~106 s to ~25 s."""
+    device: Literal["cpu", "cuda"] = "cpu"
+    env: dict[str, str] = Field(default_factory=dict)
+    """Extra environment, e.g. ``VLLM_USE_V2_MODEL_RUNNER=0``."""
+    python: str = str(DEFAULT_VLLM_PYTHON)
+    """Interpreter of the separate vLLM virtual environment."""
+    extra_args: tuple[str, ...] = ()
+    """Further server arguments appended verbatim."""
+
+    @model_validator(mode="after")
+    def _schedule_fits_speculation(self) -> Self:
+        if self.batch_size_schedule is None:
+            return self
+        if isinstance(self.speculation, NoSpeculation):
+            raise ValueError("batch_size_schedule needs a speculation method")
+        max_k = getattr(self.speculation, "k", None)
+        for band in self.batch_size_schedule:
+            if max_k is not None and band.k > max_k:
+                raise ValueError(f"band k={band.k} exceeds the speculation's k={max_k}")
+        return self
+
+    @property
+    def model_name(self) -> str:
+        """The model name the server answers to."""
+        return self.served_model_name or Path(self.model).name
+
+    @property
+    def base_url(self) -> str:
+        """Root URL of the server, without ``/v1``."""
+        return f"http://{self.host}:{self.port}"
+
+
+def load_engine_config(path: Path) -> EngineConfig:
+    """Read an engine config from a JSON file.
+
+    Raises:
+        FileNotFoundError: If the file does not exist.
+        pydantic.ValidationError: If the JSON does not describe a valid engine.
+    """
+    return EngineConfig.model_validate_json(path.read_text(encoding="utf-8"))
+
+
+def save_engine_config(config: EngineConfig, path: Path) -> Path:
+    """Write an engine config as indented JSON, creating parent folders.
+
+    Returns:
+        The path written.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(config.model_dump_json(indent=2) + "\n", encoding="utf-8")
+    return path
+
+
+def engine_config_path(name: str, engines_dir: Path = DEFAULT_ENGINES_DIR) -> Path:
+    """Where the config of deployment ``name`` lives by convention."""
+    return engines_dir / f"{name}.json"
