@@ -2,21 +2,16 @@
 
 import json
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-from sqlalchemy import Engine
 
 from app import migrate
+from app.cli_support import UserError, err, open_engine, out, progress_bar, user_errors
 from app.db import make_engine
-from app.settings import Settings, get_settings
-from ingest.errors import IngestError
+from app.settings import get_settings
 from serving.cli import engine_app, models_app
 
 app = typer.Typer(
@@ -34,54 +29,6 @@ app.add_typer(ingest_app, name="ingest")
 app.add_typer(billing_app, name="billing")
 app.add_typer(models_app, name="models")
 app.add_typer(engine_app, name="engine")
-
-err = Console(stderr=True)
-out = Console()
-
-
-class UserError(Exception):
-    """A problem the user can fix; printed without a traceback."""
-
-
-@contextmanager
-def user_errors() -> Iterator[None]:
-    """Turn expected failures into a clear message and exit status 2."""
-    try:
-        yield
-    except (IngestError, UserError, migrate.SchemaNotCurrent) as exc:
-        err.print(f"[bold red]error:[/] {exc}", highlight=False, markup=True, soft_wrap=True)
-        raise typer.Exit(2) from None
-
-
-@contextmanager
-def open_engine(settings: Settings) -> Iterator[Engine]:
-    """An engine on a current schema, disposed afterwards. The embedded SQLite database is
-    migrated on first use; PostgreSQL must be migrated explicitly (`specledger db upgrade`)."""
-    engine = make_engine(settings.database_url)
-    try:
-        migrate.ensure_schema(engine, settings.database_url,
-                              auto_migrate=engine.dialect.name == "sqlite")
-        yield engine
-    finally:
-        engine.dispose()
-
-
-@contextmanager
-def progress_bar(enabled: bool) -> Iterator[object]:
-    """A progress bar on stderr when stdout is a terminal; otherwise silent."""
-    if not enabled:
-        yield None
-        return
-    with Progress(TextColumn("{task.description:<32}"), BarColumn(), TextColumn(
-            "{task.completed}/{task.total}"), TimeElapsedColumn(), console=err,
-            transient=True) as bar:
-        task = bar.add_task("starting", total=1)
-
-        def hook(description: str, done: int, total: int) -> None:
-            bar.update(task, description=description, completed=done, total=max(total, 1))
-
-        yield hook
-
 
 @db_app.command("upgrade")
 def db_upgrade(revision: Annotated[str, typer.Argument(help="Target revision.")] = "head") -> None:
@@ -238,3 +185,12 @@ def demo() -> None:
 
 def main() -> None:
     app()
+
+
+def _register_feature_commands() -> None:
+    from app import cli_ledger
+
+    cli_ledger.register(app)
+
+
+_register_feature_commands()

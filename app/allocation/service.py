@@ -1,0 +1,185 @@
+"""Allocation runs: join billing to usage, split every row, write the ledger atomically."""
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+import numpy as np
+import pyarrow as pa
+from sqlalchemy import Engine, delete, insert, select, update
+from sqlalchemy.orm import Session
+
+from app.allocation import repository
+from app.allocation.compute import BillingRows, allocate
+from app.allocation.repository import Registry, RowRecord, UsageTable
+from app.bulk import bulk_insert
+from app.models import AllocationRun, LedgerClosure, LedgerEntry
+
+ADHOC = "adhoc"
+"""booked_month of entries from ad-hoc (non-month) windows: never closable."""
+
+
+class MonthClosed(Exception):
+    """The month is closed; its ledger cannot change."""
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    start: datetime
+    end: datetime
+    month: str | None = None
+    """Set for a calendar-month window, which follows the invoice (BillingPeriodStart)."""
+
+
+@dataclass
+class RunSummary:
+    run_id: int
+    window: Window
+    share_idle: bool
+    rows: int
+    entries: int
+    replaced_run_id: int | None
+    totals: dict[str, dict[str, int]] = field(default_factory=dict)
+    """currency -> kind -> effective micros."""
+    adjusted_months: list[str] = field(default_factory=list)
+
+
+def run_allocation(engine: Engine, window: Window, *, share_idle: bool,
+                   tag_key: str, now: datetime | None = None) -> RunSummary:
+    """Allocate a window and replace its previous run, in one transaction.
+
+    Raises:
+        MonthClosed: If the window is a closed month.
+    """
+    now = now or datetime.now(UTC)
+    booked = window.month or ADHOC
+    with Session(engine) as session, session.begin():
+        if window.month and session.get(LedgerClosure, window.month):
+            raise MonthClosed(f"{window.month} is closed; late billing for it is booked as "
+                              "adjustments when the next open month is allocated")
+        rows, registry = _load(session, window)
+        matched = _match(rows, registry, tag_key)
+        usage = _usage_for(session, rows, matched, registry)
+        arrays = allocate(_billing_rows(rows, matched), usage.usage, registry.policies,
+                          share_idle=share_idle)
+        replaced = _replace_previous(session, window, now)
+        run_id = session.execute(insert(AllocationRun).values(
+            month=window.month, window_start=window.start, window_end=window.end,
+            share_idle=share_idle, status="current", created_at=now, entry_count=0,
+            summary={}).returning(AllocationRun.id)).scalar_one()
+        table = entries_table(run_id, booked, rows, matched, usage, arrays)
+        bulk_insert(session.connection(), "ledger_entries", table)
+        summary = RunSummary(run_id, window, share_idle, len(rows), table.num_rows, replaced)
+        summary.totals = _totals(table)
+        session.execute(update(AllocationRun).where(AllocationRun.id == run_id).values(
+            entry_count=table.num_rows, summary={"totals": summary.totals}))
+    return summary
+
+
+def _load(session: Session, window: Window) -> tuple[list[RowRecord], Registry]:
+    rows = repository.billing_rows(session, start=window.start, end=window.end,
+                                   by_billing_period=window.month is not None)
+    return rows, repository.registry(session)
+
+
+def _match(rows: Sequence[RowRecord], registry: Registry,
+           tag_key: str) -> list[tuple[str | None, str | None]]:
+    """Each row's (deployment, replica): a registered ResourceId wins over the tag."""
+    matched: list[tuple[str | None, str | None]] = []
+    for row in rows:
+        if row.resource_id and row.resource_id in registry.by_resource_id:
+            matched.append(registry.by_resource_id[row.resource_id])
+            continue
+        value = (row.tags or {}).get(tag_key)
+        matched.append((registry.by_tag_value.get(str(value)) if value is not None else None, None))
+    return matched
+
+
+def _usage_for(session: Session, rows: Sequence[RowRecord],
+               matched: Sequence[tuple[str | None, str | None]], registry: Registry) -> UsageTable:
+    names = sorted({d for d, _ in matched if d})
+    if not names:
+        return repository.usage_between(session, [], datetime.now(UTC), datetime.now(UTC))
+    starts = [r.charge_period_start for r, (d, _) in zip(rows, matched, strict=True) if d]
+    ends = [r.charge_period_end for r, (d, _) in zip(rows, matched, strict=True) if d]
+    return repository.usage_between(session, names, min(starts), max(ends))
+
+
+def _billing_rows(rows: Sequence[RowRecord],
+                  matched: Sequence[tuple[str | None, str | None]]) -> BillingRows:
+    return BillingRows(
+        row_id=np.array([r.id for r in rows], np.int64),
+        start_ns=repository.to_ns([r.charge_period_start for r in rows]),
+        end_ns=repository.to_ns([r.charge_period_end for r in rows]),
+        effective_micros=np.array([r.effective_cost_micros for r in rows], np.int64),
+        billed_micros=np.array([r.billed_cost_micros for r in rows], np.int64),
+        deployment=[d for d, _ in matched],
+        replica=[p for _, p in matched],
+        is_compute=np.array([r.service_category == "Compute" or p is not None
+                             for r, (_, p) in zip(rows, matched, strict=True)], bool),
+    )
+
+
+def _replace_previous(session: Session, window: Window, now: datetime) -> int | None:
+    query = select(AllocationRun.id).where(AllocationRun.status == "current")
+    if window.month:
+        query = query.where(AllocationRun.month == window.month)
+    else:
+        query = query.where(AllocationRun.month.is_(None),
+                            AllocationRun.window_start == window.start,
+                            AllocationRun.window_end == window.end)
+    previous = session.scalar(query)
+    if previous is None:
+        return None
+    session.execute(delete(LedgerEntry).where(LedgerEntry.run_id == previous))
+    session.execute(update(AllocationRun).where(AllocationRun.id == previous).values(
+        status="replaced", replaced_at=now))
+    return previous
+
+
+def entries_table(run_id: int, booked: str, rows: Sequence[RowRecord],
+                  matched: Sequence[tuple[str | None, str | None]], usage: UsageTable,
+                  arrays: dict[str, np.ndarray]) -> pa.Table:
+    """The ledger_entries rows of a run, as an Arrow table ready for bulk insert."""
+    row_index, usage_index = arrays["row_index"], arrays["usage_index"]
+    n = len(row_index)
+    text = pa.string()
+    stamp = pa.timestamp("us", tz="UTC")
+    replica = _pick(usage.usage.replica, usage_index)
+    replica = np.where(usage_index >= 0, replica, _pick([p for _, p in matched], row_index))
+    return pa.table({
+        "run_id": pa.array(np.full(n, run_id, np.int64)),
+        "booked_month": pa.array(np.full(n, booked, object), text),
+        "corrects_month": pa.nulls(n, text),
+        "kind": pa.array(arrays["kind"].astype(object), text),
+        "method": pa.array(arrays["method"].astype(object), text),
+        "billing_row_id": pa.array(_pick([r.id for r in rows], row_index), pa.int64()),
+        "charge_period_start": pa.array(_pick([r.charge_period_start for r in rows], row_index),
+                                        stamp),
+        "charge_period_end": pa.array(_pick([r.charge_period_end for r in rows], row_index), stamp),
+        "deployment": pa.array(_pick([d for d, _ in matched], row_index), text),
+        "replica": pa.array(replica, text),
+        "event_id": pa.array(_pick(usage.event_id, usage_index), text),
+        "session_id": pa.array(_pick(usage.session_id, usage_index), text),
+        "team": pa.array(arrays["team"], text),
+        "gpu_ns": pa.array(arrays["gpu_ns"].astype(np.int64)),
+        "effective_cost_micros": pa.array(arrays["effective_micros"].astype(np.int64)),
+        "billed_cost_micros": pa.array(arrays["billed_micros"].astype(np.int64)),
+        "currency": pa.array(_pick([r.currency for r in rows], row_index), text),
+    })
+
+
+def _pick(values: Sequence[object], index: np.ndarray) -> np.ndarray:
+    """``values[index]`` as an object array, None where the index is negative."""
+    padded = np.empty(len(values) + 1, object)
+    padded[:-1] = values
+    return padded[np.where(index >= 0, index, len(values))]
+
+
+def _totals(table: pa.Table) -> dict[str, dict[str, int]]:
+    sums = table.group_by(["currency", "kind"]).aggregate([("effective_cost_micros", "sum")])
+    totals: dict[str, dict[str, int]] = {}
+    for currency, kind, amount in zip(sums["currency"].to_pylist(), sums["kind"].to_pylist(),
+                                      sums["effective_cost_micros_sum"].to_pylist(), strict=True):
+        totals.setdefault(currency, {})[kind] = int(amount)
+    return totals

@@ -1,0 +1,149 @@
+"""CLI commands for the registry, allocation and the ledger (mounted by app.cli)."""
+
+import json
+from datetime import UTC, datetime
+from typing import Annotated
+
+import typer
+from sqlalchemy.orm import Session
+
+from app.allocation.service import MonthClosed, Window, run_allocation
+from app.cli_support import UserError, open_engine, user_errors
+from app.deployments import service as registry
+from app.domain.money import format_micros
+from app.settings import get_settings
+
+deployments_app = typer.Typer(help="Register deployments and replicas (GPUs, billing link).",
+                              no_args_is_help=True)
+
+
+def month_window(month: str) -> Window:
+    """The calendar month YYYY-MM as a half-open UTC window."""
+    try:
+        start = datetime.strptime(month, "%Y-%m").replace(tzinfo=UTC)
+    except ValueError:
+        raise typer.BadParameter(f"month must be YYYY-MM, got {month!r}") from None
+    end = (start.replace(year=start.year + 1, month=1) if start.month == 12
+           else start.replace(month=start.month + 1))
+    return Window(start, end, month)
+
+
+def window_from(month: str | None, start: datetime | None, end: datetime | None) -> Window:
+    if month and (start or end):
+        raise typer.BadParameter("give --month or --start/--end, not both")
+    if month:
+        return month_window(month)
+    if not (start and end):
+        raise typer.BadParameter("give --month YYYY-MM, or --start and --end")
+    start, end = _utc(start), _utc(end)
+    if end <= start:
+        raise typer.BadParameter("--end must be after --start (windows are half-open)")
+    return Window(start, end)
+
+
+def _utc(value: datetime) -> datetime:
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+@deployments_app.command("add")
+def deployments_add(
+    name: Annotated[str, typer.Argument(help="Deployment name, as the proxy records it.")],
+    tag_value: Annotated[str | None, typer.Option(help="Value of the billing tag on this "
+                                                  "deployment's rows (default: NAME).")] = None,
+    tier: Annotated[str | None, typer.Option(help="prototype, scaled or enterprise.")] = None,
+    shared_policy: Annotated[str, typer.Option(help="How shared rows (networking, storage) "
+                                               "are split: proportional (to GPU-seconds), "
+                                               "even (across active teams) or team.")] = "proportional",
+    shared_team: Annotated[str | None, typer.Option(help="The team for --shared-policy "
+                                                    "team.")] = None,
+) -> None:
+    """Register a deployment. Billing rows tagged SPECLEDGER_BILLING_TAG_KEY=TAG_VALUE (or
+    whose ResourceId is one of its replicas') are allocated to its requests."""
+    with user_errors(), open_engine(get_settings()) as engine, Session(engine) as session, \
+            session.begin():
+        try:
+            registry.add_deployment(session, name=name, tag_value=tag_value, tier=tier,
+                                    shared_policy=shared_policy, shared_team=shared_team)
+        except registry.RegistryError as exc:
+            raise _user_error(str(exc)) from None
+    typer.echo(f"deployment {name} registered")
+
+
+@deployments_app.command("add-replica")
+def deployments_add_replica(
+    deployment: Annotated[str, typer.Argument(help="The deployment.")],
+    name: Annotated[str, typer.Argument(help="Replica name, as the proxy records it.")],
+    gpus: Annotated[int, typer.Option(help="GPUs in this replica.")],
+    resource_id: Annotated[str | None, typer.Option(help="Billing ResourceId of its "
+                                                    "instance.")] = None,
+    url: Annotated[str | None, typer.Option(help="Base URL of its vLLM server.")] = None,
+) -> None:
+    """Register a replica: its GPUs set the deployment's capacity (GPU-seconds per hour)."""
+    with user_errors(), open_engine(get_settings()) as engine, Session(engine) as session, \
+            session.begin():
+        try:
+            registry.add_replica(session, deployment=deployment, name=name, gpus=gpus,
+                                 resource_id=resource_id, base_url=url)
+        except registry.RegistryError as exc:
+            raise _user_error(str(exc)) from None
+    typer.echo(f"replica {deployment}/{name} registered ({gpus} GPUs)")
+
+
+@deployments_app.command("list")
+def deployments_list() -> None:
+    """List deployments with their replicas."""
+    with open_engine(get_settings()) as engine, Session(engine) as session:
+        for deployment, replicas in registry.list_deployments(session):
+            typer.echo(f"{deployment.name}  tag={deployment.tag_value}  tier={deployment.tier}  "
+                       f"shared={deployment.shared_cost_policy}")
+            for r in replicas:
+                typer.echo(f"  {r.name}  gpus={r.gpus}  resource_id={r.resource_id}")
+
+
+def allocate(
+    month: Annotated[str | None, typer.Option(help="Calendar month YYYY-MM (follows the "
+                                              "invoice: rows by BillingPeriodStart).")] = None,
+    start: Annotated[datetime | None, typer.Option(help="Start of an ad-hoc window (UTC).")] = None,
+    end: Annotated[datetime | None, typer.Option(help="End of the window (exclusive).")] = None,
+    share_idle: Annotated[bool, typer.Option(help="Share idle GPU cost back to the requests in "
+                                             "proportion to their GPU-seconds, instead of an "
+                                             "idle line.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
+) -> None:
+    """Allocate billing to requests, idle time and teams, and write the ledger.
+
+    GPU instance rows are split by GPU-seconds per charge period; shared rows by each
+    deployment's policy; rows that match no deployment stay unallocated. Re-running an open
+    month replaces its previous run atomically; a closed month is refused.
+    """
+    window = window_from(month, start, end)
+    settings = get_settings()
+    with user_errors(), open_engine(settings) as engine:
+        try:
+            summary = run_allocation(engine, window, share_idle=share_idle,
+                                     tag_key=settings.billing_tag_key)
+        except MonthClosed as exc:
+            raise _user_error(str(exc)) from None
+    totals = {c: {k: format_micros(v) for k, v in kinds.items()}
+              for c, kinds in summary.totals.items()}
+    if as_json:
+        typer.echo(json.dumps({"run_id": summary.run_id, "month": window.month,
+                               "rows": summary.rows, "entries": summary.entries,
+                               "replaced_run_id": summary.replaced_run_id,
+                               "effective_cost_by_kind": totals}, indent=2))
+        return
+    label = window.month or f"{window.start:%Y-%m-%dT%H:%MZ}..{window.end:%Y-%m-%dT%H:%MZ}"
+    typer.echo(f"run {summary.run_id} for {label}: {summary.rows} billing rows -> "
+               f"{summary.entries} ledger entries"
+               + (f" (replaced run {summary.replaced_run_id})" if summary.replaced_run_id else ""))
+    for currency, kinds in totals.items():
+        typer.echo(f"  {currency}: " + ", ".join(f"{k} {v}" for k, v in sorted(kinds.items())))
+
+
+def _user_error(message: str) -> Exception:
+    return UserError(message)
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(deployments_app, name="deployments")
+    app.command("allocate")(allocate)
