@@ -7,10 +7,12 @@ from typing import Annotated
 import typer
 from sqlalchemy.orm import Session
 
-from app.allocation.service import MonthClosed, Window, run_allocation
+from app.allocation.service import MonthClosed, run_allocation
+from app.allocation.windowing import Window
 from app.cli_support import UserError, open_engine, user_errors
 from app.deployments import service as registry
 from app.domain.money import format_micros
+from app.domain.periods import month_bounds
 from app.settings import get_settings
 
 deployments_app = typer.Typer(help="Register deployments and replicas (GPUs, billing link).",
@@ -20,12 +22,9 @@ deployments_app = typer.Typer(help="Register deployments and replicas (GPUs, bil
 def month_window(month: str) -> Window:
     """The calendar month YYYY-MM as a half-open UTC window."""
     try:
-        start = datetime.strptime(month, "%Y-%m").replace(tzinfo=UTC)
-    except ValueError:
-        raise typer.BadParameter(f"month must be YYYY-MM, got {month!r}") from None
-    end = (start.replace(year=start.year + 1, month=1) if start.month == 12
-           else start.replace(month=start.month + 1))
-    return Window(start, end, month)
+        return Window(*month_bounds(month), month)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
 
 
 def window_from(month: str | None, start: datetime | None, end: datetime | None) -> Window:
@@ -144,6 +143,39 @@ def _user_error(message: str) -> Exception:
     return UserError(message)
 
 
+
+
+ledger_app = typer.Typer(help="Close months and inspect the ledger.", no_args_is_help=True)
+
+
+@ledger_app.command("close")
+def ledger_close(month: Annotated[str, typer.Argument(help="The month to close, YYYY-MM.")]) -> None:
+    """Freeze a month: its ledger entries can never be updated or deleted again (the database
+    refuses it). Billing that changes a closed month later becomes adjusting entries in the
+    first open month, naming the month they correct."""
+    from app.ledger.service import CloseError, close_month
+
+    month_window(month)
+    with user_errors(), open_engine(get_settings()) as engine:
+        try:
+            closure = close_month(engine, month)
+        except CloseError as exc:
+            raise _user_error(str(exc)) from None
+    typer.echo(f"{month} closed (run {closure.run_id})")
+
+
+@ledger_app.command("closed")
+def ledger_closed() -> None:
+    """List the closed months."""
+    from app.ledger.service import closed_months
+
+    with open_engine(get_settings()) as engine:
+        for closure in closed_months(engine):
+            typer.echo(f"{closure.month}  closed {closure.closed_at:%Y-%m-%d %H:%M}Z  "
+                       f"run {closure.run_id}")
+
+
 def register(app: typer.Typer) -> None:
     app.add_typer(deployments_app, name="deployments")
+    app.add_typer(ledger_app, name="ledger")
     app.command("allocate")(allocate)

@@ -24,6 +24,7 @@ class RowRecord:
     tags: dict[str, object] | None
     resource_id: str | None
     service_category: str | None
+    charge_class: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +50,8 @@ def billing_rows(session: Session, *, start: datetime, end: datetime,
         select(BillingRow.id, BillingRow.charge_period_start, BillingRow.charge_period_end,
                BillingRow.effective_cost_micros, BillingRow.billed_cost_micros,
                BillingRow.billing_currency, BillingRow.tags, BillingRow.resource_id,
-               BillingRow.service_category, BillingRow.billing_period_start)
+               BillingRow.service_category, BillingRow.billing_period_start,
+               BillingRow.charge_class)
         .join(BillingDelivery, BillingDelivery.id == BillingRow.delivery_id)
         .where(BillingDelivery.superseded_at.is_(None))
         .order_by(BillingRow.id)
@@ -63,7 +65,8 @@ def billing_rows(session: Session, *, start: datetime, end: datetime,
         RowRecord(r.id, r.charge_period_start or r.billing_period_start,
                   r.charge_period_end or r.charge_period_start or r.billing_period_start,
                   r.effective_cost_micros or 0, r.billed_cost_micros or 0,
-                  r.billing_currency or "", r.tags, r.resource_id, r.service_category)
+                  r.billing_currency or "", r.tags, r.resource_id, r.service_category,
+                  r.charge_class)
         for r in session.execute(query)
     ]
 

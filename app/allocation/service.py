@@ -9,9 +9,9 @@ import pyarrow as pa
 from sqlalchemy import Engine, delete, insert, select, update
 from sqlalchemy.orm import Session
 
-from app.allocation import repository
-from app.allocation.compute import BillingRows, allocate
-from app.allocation.repository import Registry, RowRecord, UsageTable
+from app.allocation.repository import RowRecord
+from app.allocation.restatement import restatement_adjustments
+from app.allocation.windowing import Computed, Window, compute_window
 from app.bulk import bulk_insert
 from app.models import AllocationRun, LedgerClosure, LedgerEntry
 
@@ -21,14 +21,6 @@ ADHOC = "adhoc"
 
 class MonthClosed(Exception):
     """The month is closed; its ledger cannot change."""
-
-
-@dataclass(frozen=True, slots=True)
-class Window:
-    start: datetime
-    end: datetime
-    month: str | None = None
-    """Set for a calendar-month window, which follows the invoice (BillingPeriodStart)."""
 
 
 @dataclass
@@ -57,67 +49,26 @@ def run_allocation(engine: Engine, window: Window, *, share_idle: bool,
         if window.month and session.get(LedgerClosure, window.month):
             raise MonthClosed(f"{window.month} is closed; late billing for it is booked as "
                               "adjustments when the next open month is allocated")
-        rows, registry = _load(session, window)
-        matched = _match(rows, registry, tag_key)
-        usage = _usage_for(session, rows, matched, registry)
-        arrays = allocate(_billing_rows(rows, matched), usage.usage, registry.policies,
-                          share_idle=share_idle)
+        computed = compute_window(session, window, share_idle=share_idle, tag_key=tag_key)
         replaced = _replace_previous(session, window, now)
         run_id = session.execute(insert(AllocationRun).values(
             month=window.month, window_start=window.start, window_end=window.end,
             share_idle=share_idle, status="current", created_at=now, entry_count=0,
             summary={}).returning(AllocationRun.id)).scalar_one()
-        table = entries_table(run_id, booked, rows, matched, usage, arrays)
+        table = entries_table(run_id, booked, computed)
+        adjusted: list[str] = []
+        if window.month:
+            adjustments, adjusted = restatement_adjustments(
+                session, run_id=run_id, month=window.month, tag_key=tag_key)
+            table = pa.concat_tables([table, adjustments])
         bulk_insert(session.connection(), "ledger_entries", table)
-        summary = RunSummary(run_id, window, share_idle, len(rows), table.num_rows, replaced)
+        summary = RunSummary(run_id, window, share_idle, len(computed.rows), table.num_rows,
+                             replaced, adjusted_months=adjusted)
         summary.totals = _totals(table)
         session.execute(update(AllocationRun).where(AllocationRun.id == run_id).values(
-            entry_count=table.num_rows, summary={"totals": summary.totals}))
+            entry_count=table.num_rows, summary={"totals": summary.totals,
+                                                 "adjusted_months": adjusted}))
     return summary
-
-
-def _load(session: Session, window: Window) -> tuple[list[RowRecord], Registry]:
-    rows = repository.billing_rows(session, start=window.start, end=window.end,
-                                   by_billing_period=window.month is not None)
-    return rows, repository.registry(session)
-
-
-def _match(rows: Sequence[RowRecord], registry: Registry,
-           tag_key: str) -> list[tuple[str | None, str | None]]:
-    """Each row's (deployment, replica): a registered ResourceId wins over the tag."""
-    matched: list[tuple[str | None, str | None]] = []
-    for row in rows:
-        if row.resource_id and row.resource_id in registry.by_resource_id:
-            matched.append(registry.by_resource_id[row.resource_id])
-            continue
-        value = (row.tags or {}).get(tag_key)
-        matched.append((registry.by_tag_value.get(str(value)) if value is not None else None, None))
-    return matched
-
-
-def _usage_for(session: Session, rows: Sequence[RowRecord],
-               matched: Sequence[tuple[str | None, str | None]], registry: Registry) -> UsageTable:
-    names = sorted({d for d, _ in matched if d})
-    if not names:
-        return repository.usage_between(session, [], datetime.now(UTC), datetime.now(UTC))
-    starts = [r.charge_period_start for r, (d, _) in zip(rows, matched, strict=True) if d]
-    ends = [r.charge_period_end for r, (d, _) in zip(rows, matched, strict=True) if d]
-    return repository.usage_between(session, names, min(starts), max(ends))
-
-
-def _billing_rows(rows: Sequence[RowRecord],
-                  matched: Sequence[tuple[str | None, str | None]]) -> BillingRows:
-    return BillingRows(
-        row_id=np.array([r.id for r in rows], np.int64),
-        start_ns=repository.to_ns([r.charge_period_start for r in rows]),
-        end_ns=repository.to_ns([r.charge_period_end for r in rows]),
-        effective_micros=np.array([r.effective_cost_micros for r in rows], np.int64),
-        billed_micros=np.array([r.billed_cost_micros for r in rows], np.int64),
-        deployment=[d for d, _ in matched],
-        replica=[p for _, p in matched],
-        is_compute=np.array([r.service_category == "Compute" or p is not None
-                             for r, (_, p) in zip(rows, matched, strict=True)], bool),
-    )
 
 
 def _replace_previous(session: Session, window: Window, now: datetime) -> int | None:
@@ -137,10 +88,14 @@ def _replace_previous(session: Session, window: Window, now: datetime) -> int | 
     return previous
 
 
-def entries_table(run_id: int, booked: str, rows: Sequence[RowRecord],
-                  matched: Sequence[tuple[str | None, str | None]], usage: UsageTable,
-                  arrays: dict[str, np.ndarray]) -> pa.Table:
-    """The ledger_entries rows of a run, as an Arrow table ready for bulk insert."""
+def entries_table(run_id: int, booked: str, computed: Computed) -> pa.Table:
+    """The ledger_entries rows of a run, as an Arrow table ready for bulk insert.
+
+    Rows with ChargeClass=Correction name the month of their charge period in
+    ``corrects_month`` when it is not the booked month.
+    """
+    rows, matched, usage, arrays = (computed.rows, computed.matched, computed.usage,
+                                    computed.arrays)
     row_index, usage_index = arrays["row_index"], arrays["usage_index"]
     n = len(row_index)
     text = pa.string()
@@ -150,7 +105,7 @@ def entries_table(run_id: int, booked: str, rows: Sequence[RowRecord],
     return pa.table({
         "run_id": pa.array(np.full(n, run_id, np.int64)),
         "booked_month": pa.array(np.full(n, booked, object), text),
-        "corrects_month": pa.nulls(n, text),
+        "corrects_month": pa.array(_pick([_corrects(r, booked) for r in rows], row_index), text),
         "kind": pa.array(arrays["kind"].astype(object), text),
         "method": pa.array(arrays["method"].astype(object), text),
         "billing_row_id": pa.array(_pick([r.id for r in rows], row_index), pa.int64()),
@@ -167,6 +122,11 @@ def entries_table(run_id: int, booked: str, rows: Sequence[RowRecord],
         "billed_cost_micros": pa.array(arrays["billed_micros"].astype(np.int64)),
         "currency": pa.array(_pick([r.currency for r in rows], row_index), text),
     })
+
+
+def _corrects(row: RowRecord, booked: str) -> str | None:
+    month = f"{row.charge_period_start:%Y-%m}"
+    return month if row.charge_class == "Correction" and month != booked else None
 
 
 def _pick(values: Sequence[object], index: np.ndarray) -> np.ndarray:

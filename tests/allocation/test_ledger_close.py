@@ -1,0 +1,136 @@
+"""Closed months are immutable (the database refuses); late billing becomes adjustments."""
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+from sqlalchemy import Engine, delete, func, select, text, update
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.orm import Session
+
+from app.allocation.service import MonthClosed, run_allocation
+from app.cli_ledger import month_window
+from app.deployments.service import add_deployment, add_replica
+from app.ledger.service import CloseError, close_month
+from app.models import LedgerClosure, LedgerEntry
+from ingest.service import IngestOptions, ingest_billing
+from tests.factories import at, insert_usage, usage_record
+from tests.ingest.helpers import focus_row, write_focus_csv
+
+TAG = "specledger-deployment"
+
+
+def _ingest(engine: Engine, path: Path, rows: list[dict[str, str]], *, age_s: float = 0) -> None:
+    write_focus_csv(path, rows)
+    stamp = time.time() - age_s
+    os.utime(path, (stamp, stamp))
+    ingest_billing(engine, str(path), IngestOptions(source="aws"))
+
+
+@pytest.fixture
+def closed_october(engine: Engine, tmp_path: Path) -> Engine:
+    _ingest(engine, tmp_path / "oct.csv",
+            [focus_row(hour=h, cost="10.00") for h in range(2)], age_s=3600)
+    with Session(engine) as session, session.begin():
+        add_deployment(session, name="d1")
+        add_replica(session, deployment="d1", name="r1", gpus=1)
+    insert_usage(engine, [
+        usage_record(arrived=at(0, 5), gpu_ns=1_800 * 10**9, team="search", session_id="a"),
+        usage_record(arrived=at(1, 5), gpu_ns=900 * 10**9, team="ads", session_id="b"),
+    ])
+    run_allocation(engine, month_window("2026-10"), share_idle=False, tag_key=TAG)
+    close_month(engine, "2026-10")
+    return engine
+
+
+def _entry_count(engine: Engine, month: str) -> int:
+    with engine.connect() as conn:
+        return conn.scalar(select(func.count()).select_from(LedgerEntry)
+                           .where(LedgerEntry.booked_month == month)) or 0
+
+
+@pytest.mark.parametrize("statement", [
+    update(LedgerEntry).where(LedgerEntry.booked_month == "2026-10").values(effective_cost_micros=0),
+    delete(LedgerEntry).where(LedgerEntry.booked_month == "2026-10"),
+    delete(LedgerClosure),
+])
+def test_the_database_refuses_to_change_a_closed_month(closed_october: Engine, statement) -> None:  # type: ignore[no-untyped-def]
+    before = _entry_count(closed_october, "2026-10")
+    with pytest.raises(DBAPIError, match="closed"), closed_october.begin() as conn:
+        conn.execute(statement)
+    assert _entry_count(closed_october, "2026-10") == before
+
+
+def test_raw_sql_insert_into_a_closed_month_is_refused(closed_october: Engine) -> None:
+    with pytest.raises(DBAPIError, match="closed"), closed_october.begin() as conn:
+        conn.execute(text(
+            "INSERT INTO ledger_entries (run_id, booked_month, kind, method, gpu_ns, "
+            "effective_cost_micros, billed_cost_micros, currency) "
+            "SELECT run_id, booked_month, kind, method, 0, 1, 1, 'USD' FROM ledger_entries "
+            "WHERE booked_month = '2026-10' LIMIT 1"))
+
+
+def test_allocating_or_closing_a_closed_month_again_is_refused(closed_october: Engine) -> None:
+    with pytest.raises(MonthClosed):
+        run_allocation(closed_october, month_window("2026-10"), share_idle=False, tag_key=TAG)
+    with pytest.raises(CloseError, match="already closed"):
+        close_month(closed_october, "2026-10")
+
+
+def test_closing_needs_an_allocation(engine: Engine) -> None:
+    with pytest.raises(CloseError, match="allocate"):
+        close_month(engine, "2026-09")
+
+
+def test_redelivery_of_a_closed_month_becomes_adjustments_in_the_next_open_month(
+    closed_october: Engine, tmp_path: Path
+) -> None:
+    frozen = _entry_count(closed_october, "2026-10")
+    # AWS restates October: hour 1 now costs 16.00 instead of 10.00.
+    _ingest(closed_october, tmp_path / "oct-restated.csv",
+            [focus_row(hour=0, cost="10.00"), focus_row(hour=1, cost="16.00")])
+    _ingest(closed_october, tmp_path / "nov.csv", [focus_row("2026-11", hour=0, cost="3.00")])
+
+    summary = run_allocation(closed_october, month_window("2026-11"), share_idle=False,
+                             tag_key=TAG)
+
+    assert summary.adjusted_months == ["2026-10"]
+    assert _entry_count(closed_october, "2026-10") == frozen
+    with closed_october.connect() as conn:
+        adjustments = conn.execute(
+            select(LedgerEntry.method, LedgerEntry.team, LedgerEntry.effective_cost_micros)
+            .where(LedgerEntry.kind == "adjustment").order_by(LedgerEntry.method,
+                                                              LedgerEntry.team)).all()
+        november_rows = conn.scalar(select(func.sum(LedgerEntry.effective_cost_micros)).where(
+            LedgerEntry.booked_month == "2026-11", LedgerEntry.kind != "adjustment"))
+    # hour 1: ads used 900 of 3600 GPU-s -> +6.00 * 1/4 to ads, +4.50 to idle
+    assert [(a.method, a.team, a.effective_cost_micros) for a in adjustments] == [
+        ("restatement:idle", None, 4_500_000), ("restatement:request", "ads", 1_500_000)]
+    assert all(a.effective_cost_micros for a in adjustments)
+    assert november_rows == 3_000_000
+
+    # Re-running November recomputes the same adjustments (no double counting).
+    run_allocation(closed_october, month_window("2026-11"), share_idle=False, tag_key=TAG)
+    with closed_october.connect() as conn:
+        total = conn.scalar(select(func.sum(LedgerEntry.effective_cost_micros))
+                            .where(LedgerEntry.kind == "adjustment"))
+    assert total == 6_000_000
+
+
+def test_correction_rows_name_the_month_they_correct(closed_october: Engine, tmp_path: Path) -> None:
+    correction = focus_row("2026-11", hour=0, cost="-2.00", ChargeClass="Correction",
+                           ChargePeriodStart="2026-10-01T01:00:00Z",
+                           ChargePeriodEnd="2026-10-01T02:00:00Z")
+    _ingest(closed_october, tmp_path / "nov.csv", [correction])
+
+    run_allocation(closed_october, month_window("2026-11"), share_idle=False, tag_key=TAG)
+
+    with closed_october.connect() as conn:
+        rows = conn.execute(select(LedgerEntry.kind, LedgerEntry.team,
+                                   LedgerEntry.corrects_month, LedgerEntry.effective_cost_micros)
+                            .where(LedgerEntry.booked_month == "2026-11")
+                            .order_by(LedgerEntry.kind)).all()
+    # October's usage of that hour drives the split: ads 1/4, idle 3/4.
+    assert [(r.kind, r.team, r.corrects_month, r.effective_cost_micros) for r in rows] == [
+        ("idle", None, "2026-10", -1_500_000), ("request", "ads", "2026-10", -500_000)]
