@@ -97,10 +97,19 @@ def _parse_distinct(
             for i, value in zip(np.flatnonzero(fast), micros, strict=True):
                 parsed[i] = int(value)
             todo = todo & ~fast
+    if kind is Kind.decimal:
+        # Canonical numbers are kept as written; only the others need Python.
+        canonical = pc.match_substring_regex(dictionary, f"^{cells.CANONICAL_NUMBER.pattern}$")
+        keep = todo & canonical.to_numpy(zero_copy_only=False)
+        texts_kept = dictionary.filter(pa.array(keep)).to_pylist()
+        for i, value in zip(np.flatnonzero(keep), texts_kept, strict=True):
+            parsed[i] = value
+        todo = todo & ~keep
     errors: dict[int, str] = {}
     parse = _parser_for(column, kind, tags=tags)
-    texts = dictionary.to_pylist()
-    for i in np.flatnonzero(todo):
+    remaining = np.flatnonzero(todo)
+    texts = dict(zip(remaining, dictionary.filter(pa.array(todo)).to_pylist(), strict=True))
+    for i in remaining:
         try:
             parsed[i], repair = parse(texts[i])
         except ValueError as exc:
