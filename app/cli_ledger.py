@@ -2,6 +2,7 @@
 
 import json
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -175,7 +176,94 @@ def ledger_closed() -> None:
                        f"run {closure.run_id}")
 
 
+def costs(
+    month: Annotated[str, typer.Option(help="The month, YYYY-MM.")],
+    by: Annotated[str, typer.Option(help="Comma-separated: team, session, deployment, model, "
+                                    "method, cost_center or tag:KEY.")] = "team",
+    team: Annotated[str | None, typer.Option(help="Only this team's lines.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Unit costs for a month: allocated cost (effective and billed), GPU-seconds,
+    session-seconds, tokens, drafted and accepted tokens, acceptance rate and length, cost per
+    1K session-seconds, per 1M output tokens, per 1M tokens, per GPU-hour, idle share."""
+    from app.ledger.costs import unit_costs
+
+    window = month_window(month)
+    dimensions = [d.strip() for d in by.split(",") if d.strip()]
+    with user_errors(), open_engine(get_settings()) as engine:
+        try:
+            lines = unit_costs(engine, month=month, start=window.start, end=window.end,
+                               by=dimensions, team=team)
+        except ValueError as exc:
+            raise _user_error(str(exc)) from None
+    records = [line.to_json(dimensions) for line in lines]
+    if as_json:
+        typer.echo(json.dumps({"month": month, "by": dimensions, "lines": records}, indent=2))
+        return
+    header = [*dimensions, "requests", "effective_cost", "gpu_seconds", "session_seconds",
+              "completion_tokens", "acceptance_rate", "cost_per_1k_session_seconds",
+              "cost_per_1m_output_tokens"]
+    typer.echo("  ".join(f"{h:>16}" for h in header))
+    for record in records:
+        typer.echo("  ".join(f"{record[h]!s:>16}" for h in header))
+
+
+def reconcile_cmd(
+    month: Annotated[str, typer.Option(help="The month, YYYY-MM.")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Check that the month's bill = allocated + idle + unallocated, to the micro, per currency
+    and deployment; list the unallocated rows. Exits 1 when it does not balance."""
+    from app.ledger.reconcile import reconcile, reconciliation_text
+
+    month_window(month)
+    with open_engine(get_settings()) as engine:
+        result = reconcile(engine, month)
+    typer.echo(json.dumps(result.to_json(), indent=2) if as_json else reconciliation_text(result))
+    if not result.balanced:
+        raise typer.Exit(1)
+
+
+export_app = typer.Typer(help="Export chargeback data.", no_args_is_help=True)
+
+
+@export_app.command("chargeback")
+def export_chargeback(
+    month: Annotated[str, typer.Option(help="The month, YYYY-MM.")],
+    out_path: Annotated[Path, typer.Option("--out", help="Output file.")],
+    fmt: Annotated[str, typer.Option("--format", help="csv, parquet or focus (a FOCUS 1.3 "
+                                     "dataset, written as Parquet, or CSV when --out ends in "
+                                     ".csv).")] = "csv",
+    team: Annotated[str | None, typer.Option(help="Only this team.")] = None,
+    by_cost_center: Annotated[bool, typer.Option(help="Lines per cost center instead of "
+                                                 "team.")] = False,
+) -> None:
+    """Write the month's chargeback: one line per team (or cost center) and deployment with
+    its costs and unit costs, plus idle and unallocated lines, so the totals equal the
+    reconciliation. --format focus writes every allocated share as a FOCUS 1.3 row."""
+    from app.ledger.costs import unit_costs
+    from app.ledger.export import chargeback_table, focus_allocation_table, write_table
+
+    if fmt not in ("csv", "parquet", "focus"):
+        raise typer.BadParameter("--format must be csv, parquet or focus")
+    window = month_window(month)
+    with user_errors(), open_engine(get_settings()) as engine:
+        if fmt == "focus":
+            table = focus_allocation_table(engine, month, team=team)
+            write_table(table, out_path, "csv" if out_path.name.endswith(".csv") else "parquet")
+        else:
+            by = ["cost_center" if by_cost_center else "team", "deployment"]
+            lines = unit_costs(engine, month=month, start=window.start, end=window.end, by=by,
+                               team=team)
+            table = chargeback_table(lines, by, month)
+            write_table(table, out_path, fmt)
+    typer.echo(f"wrote {table.num_rows} rows to {out_path}")
+
+
 def register(app: typer.Typer) -> None:
     app.add_typer(deployments_app, name="deployments")
     app.add_typer(ledger_app, name="ledger")
+    app.add_typer(export_app, name="export")
     app.command("allocate")(allocate)
+    app.command("costs")(costs)
+    app.command("reconcile")(reconcile_cmd)

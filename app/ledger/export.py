@@ -1,0 +1,141 @@
+"""Monthly chargeback exports: CSV and Parquet lines per team and deployment, and a FOCUS 1.3
+dataset in which every allocated share is a row carrying its source row's columns."""
+
+import json
+from collections.abc import Sequence
+from datetime import datetime
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
+from sqlalchemy import Engine, select
+from sqlalchemy.orm import Session
+
+from app.domain.allocation import split_by_weight
+from app.domain.money import micros_to_decimal
+from app.ledger.costs import CostLine
+from app.models import AllocationRun, BillingRow, LedgerEntry
+from ingest.normalize import TYPED_COLUMNS
+
+MONEY = pa.decimal128(38, 6)
+FOCUS_OF_DB = {db: focus for focus, db in TYPED_COLUMNS.items()}
+
+
+def chargeback_table(lines: Sequence[CostLine], by: Sequence[str], month: str) -> pa.Table:
+    """One row per line, money as exact decimals."""
+    records = [line.to_json(by) for line in lines]
+    columns: dict[str, list[Any]] = {"month": [month] * len(records)}
+    for name in (records[0] if records else {"effective_cost": None}):
+        columns[name] = [r.get(name) for r in records]
+    table = pa.table({name: pa.array(values) for name, values in columns.items()})
+    for name in table.column_names:
+        if name in ("effective_cost", "billed_cost") or name.startswith("cost_per_"):
+            index = table.schema.get_field_index(name)
+            table = table.set_column(index, name, pa.array(
+                [None if v is None else Decimal(v) for v in columns[name]], MONEY))
+    return table
+
+
+def write_table(table: pa.Table, out: Path, fmt: str) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if fmt == "parquet":
+        pq.write_table(table, out)
+    else:
+        pacsv.write_csv(table, out)
+
+
+def focus_allocation_table(engine: Engine, month: str, *, team: str | None = None) -> pa.Table:
+    """FOCUS 1.3 rows, one per ledger entry of the month's run.
+
+    Each row keeps its source row's FOCUS and ``x_`` columns; BilledCost and EffectiveCost
+    are the entry's shares; ListCost and ContractedCost are split with the same weights by
+    largest remainder, so each source row's shares sum back to it exactly.
+    """
+    with Session(engine) as session:
+        run_id = session.scalar(select(AllocationRun.id).where(
+            AllocationRun.month == month, AllocationRun.status == "current"))
+        query = (select(LedgerEntry, BillingRow)
+                 .join(BillingRow, BillingRow.id == LedgerEntry.billing_row_id)
+                 .where(LedgerEntry.run_id == run_id)
+                 .order_by(LedgerEntry.billing_row_id, LedgerEntry.id))
+        pairs = session.execute(query).all()
+    by_row: dict[int, list[tuple[LedgerEntry, BillingRow]]] = {}
+    for entry, row in pairs:
+        by_row.setdefault(row.id, []).append((entry, row))
+    records: list[dict[str, Any]] = []
+    for shares in by_row.values():
+        records += _focus_rows(shares, run_id or 0)
+    if team is not None:
+        records = [r for r in records if json.loads(r["AllocatedTags"] or "{}").get("team") == team]
+    return _focus_arrow(records)
+
+
+def _focus_rows(shares: list[tuple[LedgerEntry, BillingRow]], run_id: int) -> list[dict[str, Any]]:
+    row = shares[0][1]
+    weights = {i: entry.gpu_ns for i, (entry, _) in enumerate(shares)}
+    if not any(weights.values()):
+        weights = dict.fromkeys(weights, 1)
+    split_list = split_by_weight(row.list_cost_micros or 0, weights)
+    split_contracted = split_by_weight(row.contracted_cost_micros or 0, weights)
+    base = _source_columns(row)
+    out = []
+    for i, (entry, _) in enumerate(shares):
+        record = dict(base)
+        record.update({
+            "BilledCost": micros_to_decimal(entry.billed_cost_micros),
+            "EffectiveCost": micros_to_decimal(entry.effective_cost_micros),
+            "ListCost": micros_to_decimal(split_list.get(i, 0)),
+            "ContractedCost": micros_to_decimal(split_contracted.get(i, 0)),
+            "AllocatedMethodId": None if entry.kind == "unallocated" else
+            f"specledger:{entry.method.replace('_', '-')}",
+            "AllocatedMethodDetails": None if entry.kind == "unallocated" else json.dumps({
+                "x_Kind": entry.kind, "x_BasisGpuNanoseconds": entry.gpu_ns,
+                "x_AllocationRunId": run_id}),
+            "AllocatedResourceId": entry.event_id or (
+                f"idle:{entry.deployment}" if entry.kind == "idle" else None),
+            "AllocatedResourceName": entry.session_id,
+            "AllocatedTags": json.dumps({k: v for k, v in {
+                "team": entry.team, "session": entry.session_id,
+                "deployment": entry.deployment}.items() if v is not None}),
+            "x_SourceBillingRowId": row.id,
+        })
+        out.append(record)
+    return out
+
+
+def _source_columns(row: BillingRow) -> dict[str, Any]:
+    record: dict[str, Any] = {}
+    for db_name, focus_name in FOCUS_OF_DB.items():
+        value = getattr(row, db_name)
+        if isinstance(value, datetime):
+            value = f"{value:%Y-%m-%dT%H:%M:%SZ}"
+        elif focus_name == "Tags":
+            value = json.dumps(value) if value is not None else None
+        record[focus_name] = value
+    for name, value in {**row.focus_columns, **row.provider_columns}.items():
+        record[name] = value if isinstance(value, str) or value is None else json.dumps(value)
+    provider = record.get("ProviderName")
+    record.setdefault("ServiceProviderName", provider)
+    record.setdefault("HostProviderName", provider)
+    return record
+
+
+def _focus_arrow(records: list[dict[str, Any]]) -> pa.Table:
+    names: list[str] = []
+    for record in records:
+        names += [n for n in record if n not in names]
+    money = {"BilledCost", "EffectiveCost", "ListCost", "ContractedCost"}
+    columns = {}
+    for name in sorted(names, key=lambda n: (n.startswith("x_"), n)):
+        values = [r.get(name) for r in records]
+        if name in money:
+            columns[name] = pa.array(values, MONEY)
+        elif name == "x_SourceBillingRowId":
+            columns[name] = pa.array(np.asarray(values, np.int64))
+        else:
+            columns[name] = pa.array([None if v is None else str(v) for v in values], pa.string())
+    return pa.table(columns)
