@@ -6,7 +6,8 @@ from datetime import datetime
 from typing import Any
 
 import numpy as np
-from sqlalchemy import select
+import pyarrow as pa
+from sqlalchemy import DateTime, select, type_coerce
 from sqlalchemy.orm import Session
 
 from app.allocation.compute import DeploymentPolicy, SharedPolicy, Usage
@@ -93,10 +94,14 @@ def registry(session: Session) -> Registry:
 def usage_between(session: Session, deployments: list[str], start: datetime,
                   end: datetime) -> UsageTable:
     """Requests of these deployments overlapping ``[start, end)``."""
+    # Plain DateTime (not UTCDateTime) skips a Python call per value; to_ns reads the naive
+    # UTC values SQLite returns and the aware ones PostgreSQL returns alike.
+    plain = DateTime(timezone=True)
     query = (
         select(UsageRecord.event_id, UsageRecord.session_id, UsageRecord.team,
-               UsageRecord.deployment, UsageRecord.replica, UsageRecord.arrived_at,
-               UsageRecord.finished_at, UsageRecord.gpu_ns)
+               UsageRecord.deployment, UsageRecord.replica,
+               type_coerce(UsageRecord.arrived_at, plain), type_coerce(UsageRecord.finished_at, plain),
+               UsageRecord.gpu_ns)
         .where(UsageRecord.deployment.in_(deployments), UsageRecord.finished_at >= start,
                UsageRecord.arrived_at < end)
         .order_by(UsageRecord.id)
@@ -112,6 +117,6 @@ def usage_between(session: Session, deployments: list[str], start: datetime,
 
 
 def to_ns(values: Sequence[datetime]) -> np.ndarray:
-    """Aware datetimes as int64 nanoseconds since the epoch."""
-    naive = [v.replace(tzinfo=None) for v in values]
-    return np.array(naive, dtype="datetime64[ns]").astype(np.int64)
+    """Datetimes (aware, or naive UTC) as int64 nanoseconds since the epoch."""
+    stamps = pa.array(values, pa.timestamp("ns", tz="UTC"))
+    return stamps.cast(pa.int64()).to_numpy(zero_copy_only=False)

@@ -35,10 +35,9 @@ class LedgerEntry(Base):
     open month is re-run."""
 
     __tablename__ = "ledger_entries"
-    __table_args__ = (
-        Index("ix_ledger_entries_month_kind", "booked_month", "kind"),
-        Index("ix_ledger_entries_billing_row", "billing_row_id"),
-    )
+    # Few indexes on purpose: a month's run writes one entry per request and charge period
+    # (millions), and every index slows that bulk write; reports filter by run or month.
+    __table_args__ = (Index("ix_ledger_entries_month_kind", "booked_month", "kind"),)
 
     id: Mapped[int] = mapped_column(BigIntId, primary_key=True, autoincrement=True)
     run_id: Mapped[int] = mapped_column(BigInteger, ForeignKey("allocation_runs.id"), index=True)
@@ -53,9 +52,9 @@ class LedgerEntry(Base):
     billing_row_id: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     charge_period_start: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
     charge_period_end: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
-    deployment: Mapped[str | None] = mapped_column(String(128), nullable=True, index=True)
+    deployment: Mapped[str | None] = mapped_column(String(128), nullable=True)
     replica: Mapped[str | None] = mapped_column(String(128), nullable=True)
-    event_id: Mapped[str | None] = mapped_column(String(64), nullable=True, index=True)
+    event_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
     session_id: Mapped[str | None] = mapped_column(String(128), nullable=True)
     team: Mapped[str | None] = mapped_column(String(128), nullable=True)
     gpu_ns: Mapped[int] = mapped_column(BigInteger, default=0)

