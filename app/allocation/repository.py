@@ -119,4 +119,4 @@ def usage_between(session: Session, deployments: list[str], start: datetime,
 def to_ns(values: Sequence[datetime]) -> np.ndarray:
     """Datetimes (aware, or naive UTC) as int64 nanoseconds since the epoch."""
     stamps = pa.array(values, pa.timestamp("ns", tz="UTC"))
-    return stamps.cast(pa.int64()).to_numpy(zero_copy_only=False)
+    return np.asarray(stamps.cast(pa.int64()).to_numpy(zero_copy_only=False), np.int64)
