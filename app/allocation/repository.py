@@ -57,8 +57,8 @@ def billing_rows(session: Session, *, start: datetime, end: datetime,
         .where(BillingDelivery.superseded_at.is_(None))
         .order_by(BillingRow.id)
     )
-    if by_billing_period:
-        query = query.where(BillingRow.billing_period_start == start)
+    if by_billing_period:  # a delivery holds exactly one billing period's rows
+        query = query.where(BillingDelivery.billing_period_start == start)
     else:
         query = query.where(BillingRow.charge_period_start >= start,
                             BillingRow.charge_period_start < end)

@@ -46,9 +46,8 @@ class BillingRow(Base):
     """One FOCUS cost-and-usage row, normalised. Money in integer micros of billing_currency."""
 
     __tablename__ = "billing_rows"
-    __table_args__ = (
-        Index("ix_billing_rows_charge_period", "charge_period_start", "charge_period_end"),
-    )
+    # Only the delivery index: a million-row load pays for every index, and every query goes
+    # through the (current) deliveries of a billing period first.
 
     id: Mapped[int] = mapped_column(BigIntId, primary_key=True, autoincrement=True)
     delivery_id: Mapped[int] = mapped_column(
@@ -93,12 +92,12 @@ class BillingRow(Base):
     sub_account_id: Mapped[str | None] = mapped_column(String(256), nullable=True)
     service_category: Mapped[str | None] = mapped_column(String(64), nullable=True)
     service_name: Mapped[str | None] = mapped_column(String(256), nullable=True)
-    resource_id: Mapped[str | None] = mapped_column(String(1024), nullable=True, index=True)
+    resource_id: Mapped[str | None] = mapped_column(String(1024), nullable=True)
     resource_type: Mapped[str | None] = mapped_column(String(256), nullable=True)
     region_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
     sku_id: Mapped[str | None] = mapped_column(String(256), nullable=True)
 
-    tags: Mapped[dict[str, Any] | None] = mapped_column(JsonType, nullable=True)
+    tags: Mapped[dict[str, Any] | None] = mapped_column(JsonText, nullable=True)
     """Finalised tags as a flat object; ``user:`` prefixes removed."""
     focus_columns: Mapped[dict[str, Any]] = mapped_column(JsonText)
     """Every other FOCUS column of the row, by its FOCUS name, as text."""

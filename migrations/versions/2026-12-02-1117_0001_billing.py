@@ -74,16 +74,14 @@ def upgrade() -> None:
     sa.Column('resource_type', sa.String(length=256), nullable=True),
     sa.Column('region_id', sa.String(length=64), nullable=True),
     sa.Column('sku_id', sa.String(length=256), nullable=True),
-    sa.Column('tags', sa.JSON().with_variant(postgresql.JSONB(astext_type=sa.Text()), 'postgresql'), nullable=True),
+    sa.Column('tags', sa.JSON(), nullable=True),
     sa.Column('focus_columns', sa.JSON(), nullable=False),
     sa.Column('provider_columns', sa.JSON(), nullable=False),
     sa.ForeignKeyConstraint(['delivery_id'], ['billing_deliveries.id'], name=op.f('fk_billing_rows_delivery_id_billing_deliveries'), ondelete='CASCADE'),
     sa.PrimaryKeyConstraint('id', name=op.f('pk_billing_rows'))
     )
     with op.batch_alter_table('billing_rows', schema=None) as batch_op:
-        batch_op.create_index('ix_billing_rows_charge_period', ['charge_period_start', 'charge_period_end'], unique=False)
         batch_op.create_index(batch_op.f('ix_billing_rows_delivery_id'), ['delivery_id'], unique=False)
-        batch_op.create_index(batch_op.f('ix_billing_rows_resource_id'), ['resource_id'], unique=False)
 
     
 
@@ -93,9 +91,7 @@ def downgrade() -> None:
         op.execute("SET LOCAL lock_timeout = '5s'")
     
     with op.batch_alter_table('billing_rows', schema=None) as batch_op:
-        batch_op.drop_index(batch_op.f('ix_billing_rows_resource_id'))
         batch_op.drop_index(batch_op.f('ix_billing_rows_delivery_id'))
-        batch_op.drop_index('ix_billing_rows_charge_period')
 
     op.drop_table('billing_rows')
     with op.batch_alter_table('billing_deliveries', schema=None) as batch_op:
