@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-from sqlalchemy import make_url, text
+from sqlalchemy import text
 from sqlalchemy.orm import Session
 
 from app import migrate
@@ -32,6 +32,7 @@ from app.catalog import instance_prices
 from app.db import make_engine
 from app.deployments.service import add_deployment, add_replica
 from app.domain.periods import month_bounds
+from bench.common import fresh_postgres
 from ingest.service import IngestOptions, ingest_billing
 from ingest.synth import SynthSpec, synth_rows, write_bill
 
@@ -90,17 +91,6 @@ def prepare(url: str, folder: Path, usage: pa.Table) -> None:
         add_replica(session, deployment="llama-8b", name="r1", gpus=8)
         bulk_insert(session.connection(), "usage_records", usage)
     engine.dispose()
-
-
-def fresh_postgres(url: str) -> str:
-    parsed = make_url(url)
-    admin = make_engine(parsed.set(database="postgres").render_as_string(hide_password=False),
-                        isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text('DROP DATABASE IF EXISTS "specledger_bench_alloc"'))
-        conn.execute(text('CREATE DATABASE "specledger_bench_alloc"'))
-    admin.dispose()
-    return parsed.set(database="specledger_bench_alloc").render_as_string(hide_password=False)
 
 
 def child_allocate(url: str) -> None:
@@ -178,7 +168,7 @@ def main() -> None:
             "finished": usage["finished_at"].cast(pa.int64()),
             "gpu_ns": usage["gpu_ns"]}), folder / "usage.parquet")
         urls = {"sqlite": f"sqlite+pysqlite:///{folder / 'bench.db'}",
-                "postgresql": fresh_postgres(args.postgres)}
+                "postgresql": fresh_postgres(args.postgres, "specledger_bench_alloc")}
         results = {}
         for name, url in urls.items():
             prepare(url, folder, usage)

@@ -19,10 +19,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
-from sqlalchemy import make_url, text
 
 from app import migrate
 from app.db import make_engine
+from bench.common import fresh_postgres
 from ingest.service import IngestOptions, ingest_billing
 from ingest.synth import write_bill
 
@@ -75,17 +75,6 @@ def timed(fn: Callable[[], object]) -> float:
     return time.perf_counter() - start
 
 
-def fresh_postgres(url: str) -> str:
-    parsed = make_url(url)
-    admin = make_engine(parsed.set(database="postgres").render_as_string(hide_password=False),
-                        isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text('DROP DATABASE IF EXISTS "specledger_bench"'))
-        conn.execute(text('CREATE DATABASE "specledger_bench"'))
-    admin.dispose()
-    return parsed.set(database="specledger_bench").render_as_string(hide_password=False)
-
-
 def ingest_once(url: str, path: Path) -> float:
     migrate.upgrade(url)
     engine = make_engine(url)
@@ -115,7 +104,7 @@ def main() -> None:
                          else pacsv.read_csv(p))
             for db in ("sqlite", "postgresql"):
                 url = (f"sqlite+pysqlite:///{folder / f'{fmt}.db'}" if db == "sqlite"
-                       else fresh_postgres(args.postgres))
+                       else fresh_postgres(args.postgres, "specledger_bench"))
                 seconds = ingest_once(url, path)
                 results.append({"format": fmt, "database": db, "rows": args.rows,
                                 "bare_read_s": round(bare, 2), "ingest_s": round(seconds, 2),
