@@ -6,6 +6,7 @@ from datetime import UTC, datetime
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from sqlalchemy import Engine, delete, insert, select, update
 from sqlalchemy.orm import Session
 
@@ -92,48 +93,48 @@ def entries_table(run_id: int, booked: str, computed: Computed) -> pa.Table:
     """The ledger_entries rows of a run, as an Arrow table ready for bulk insert.
 
     Rows with ChargeClass=Correction name the month of their charge period in
-    ``corrects_month`` when it is not the booked month.
+    ``corrects_month`` when it is not the booked month. Columns are gathered with Arrow
+    ``take`` so that millions of entries need no Python objects.
     """
     rows, matched, usage, arrays = (computed.rows, computed.matched, computed.usage,
                                     computed.arrays)
     row_index, usage_index = arrays["row_index"], arrays["usage_index"]
     n = len(row_index)
-    text = pa.string()
-    stamp = pa.timestamp("us", tz="UTC")
-    replica = _pick(usage.usage.replica, usage_index)
-    replica = np.where(usage_index >= 0, replica, _pick([p for _, p in matched], row_index))
+    text, stamp = pa.string(), pa.timestamp("us", tz="UTC")
+    by_row = pa.array(row_index)
+    by_usage = pa.array(usage_index, mask=usage_index < 0)
+
+    def per_row(values: Sequence[object], kind: pa.DataType = text) -> pa.Array:
+        return pa.array(values, kind).take(by_row)
+
+    def per_usage(values: Sequence[object]) -> pa.Array:
+        return pa.array(values, text).take(by_usage)
+
+    replica = pc.coalesce(per_usage(usage.usage.replica), per_row([p for _, p in matched]))
     return pa.table({
         "run_id": pa.array(np.full(n, run_id, np.int64)),
         "booked_month": pa.array(np.full(n, booked, object), text),
-        "corrects_month": pa.array(_pick([_corrects(r, booked) for r in rows], row_index), text),
+        "corrects_month": per_row([_corrects(r, booked) for r in rows]),
         "kind": pa.array(arrays["kind"].astype(object), text),
         "method": pa.array(arrays["method"].astype(object), text),
-        "billing_row_id": pa.array(_pick([r.id for r in rows], row_index), pa.int64()),
-        "charge_period_start": pa.array(_pick([r.charge_period_start for r in rows], row_index),
-                                        stamp),
-        "charge_period_end": pa.array(_pick([r.charge_period_end for r in rows], row_index), stamp),
-        "deployment": pa.array(_pick([d for d, _ in matched], row_index), text),
-        "replica": pa.array(replica, text),
-        "event_id": pa.array(_pick(usage.event_id, usage_index), text),
-        "session_id": pa.array(_pick(usage.session_id, usage_index), text),
+        "billing_row_id": per_row([r.id for r in rows], pa.int64()),
+        "charge_period_start": per_row([r.charge_period_start for r in rows], stamp),
+        "charge_period_end": per_row([r.charge_period_end for r in rows], stamp),
+        "deployment": per_row([d for d, _ in matched]),
+        "replica": replica,
+        "event_id": per_usage(usage.event_id),
+        "session_id": per_usage(usage.session_id),
         "team": pa.array(arrays["team"], text),
         "gpu_ns": pa.array(arrays["gpu_ns"].astype(np.int64)),
         "effective_cost_micros": pa.array(arrays["effective_micros"].astype(np.int64)),
         "billed_cost_micros": pa.array(arrays["billed_micros"].astype(np.int64)),
-        "currency": pa.array(_pick([r.currency for r in rows], row_index), text),
+        "currency": per_row([r.currency for r in rows]),
     })
 
 
 def _corrects(row: RowRecord, booked: str) -> str | None:
     month = f"{row.charge_period_start:%Y-%m}"
     return month if row.charge_class == "Correction" and month != booked else None
-
-
-def _pick(values: Sequence[object], index: np.ndarray) -> np.ndarray:
-    """``values[index]`` as an object array, None where the index is negative."""
-    padded = np.empty(len(values) + 1, object)
-    padded[:-1] = values
-    return padded[np.where(index >= 0, index, len(values))]
 
 
 def _totals(table: pa.Table) -> dict[str, dict[str, int]]:

@@ -65,7 +65,6 @@ def upgrade() -> None:
     sa.Column('effective_cost_micros', sa.BigInteger(), nullable=False),
     sa.Column('billed_cost_micros', sa.BigInteger(), nullable=False),
     sa.Column('currency', sa.String(length=8), nullable=False),
-    sa.ForeignKeyConstraint(['run_id'], ['allocation_runs.id'], name=op.f('fk_ledger_entries_run_id_allocation_runs')),
     sa.PrimaryKeyConstraint('id', name=op.f('pk_ledger_entries'))
     )
     with op.batch_alter_table('ledger_entries', schema=None) as batch_op:
