@@ -74,8 +74,8 @@ class Entries:
     """Index into BillingRows."""
     usage_index: list[I64] = field(default_factory=list)
     """Index into Usage, or -1."""
-    kind: list[NDArray[np.str_]] = field(default_factory=list)
-    method: list[NDArray[np.str_]] = field(default_factory=list)
+    kind: list[NDArray[np.object_]] = field(default_factory=list)
+    method: list[NDArray[np.object_]] = field(default_factory=list)
     team: list[NDArray[np.object_]] = field(default_factory=list)
     gpu_ns: list[I64] = field(default_factory=list)
     effective_micros: list[I64] = field(default_factory=list)
@@ -86,8 +86,9 @@ class Entries:
         n = len(row_index)
         self.row_index.append(row_index)
         self.usage_index.append(usage_index)
-        self.kind.append(np.full(n, kind))
-        self.method.append(np.full(n, method))
+        # Object arrays of one shared string: 8 bytes an entry, not 4 per character.
+        self.kind.append(np.full(n, kind, dtype=object))
+        self.method.append(np.full(n, method, dtype=object))
         self.team.append(team)
         self.gpu_ns.append(gpu_ns)
         self.effective_micros.append(effective)
@@ -96,8 +97,8 @@ class Entries:
     def concat(self) -> dict[str, np.ndarray]:
         if not self.row_index:
             empty_i = np.zeros(0, np.int64)
-            return {"row_index": empty_i, "usage_index": empty_i, "kind": np.zeros(0, "<U16"),
-                    "method": np.zeros(0, "<U16"), "team": np.zeros(0, object),
+            return {"row_index": empty_i, "usage_index": empty_i, "kind": np.zeros(0, object),
+                    "method": np.zeros(0, object), "team": np.zeros(0, object),
                     "gpu_ns": empty_i, "effective_micros": empty_i, "billed_micros": empty_i}
         return {name: np.concatenate(getattr(self, name)) for name in (
             "row_index", "usage_index", "kind", "method", "team", "gpu_ns", "effective_micros",
