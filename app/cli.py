@@ -191,6 +191,9 @@ def _register_feature_commands() -> None:
     from app import cli_ledger
 
     cli_ledger.register(app)
+    __import__("app.cli_api", fromlist=["register"]).register(app)
+    __import__("app.cli_breakeven", fromlist=["register"]).register(app)
+    __import__("dashboards.cli", fromlist=["register"]).register(app)
 
 
 _register_feature_commands()

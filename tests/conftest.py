@@ -5,10 +5,16 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 from sqlalchemy import Engine, make_url, text
 
 from app import migrate
 from app.db import Base, make_engine
+
+# The machines are shared and noisy: a property test must fail on a wrong answer, never on a
+# slow example.
+settings.register_profile("specledger", deadline=None)
+settings.load_profile("specledger")
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).resolve().parent / "fixtures"

@@ -1,10 +1,11 @@
 """ORM models; importing this package registers every table on ``Base.metadata``."""
 
+from app.models.api_key import ApiKey
 from app.models.billing import BillingDelivery, BillingRow
 from app.models.deployment import Deployment, Replica
 from app.models.ledger import AllocationRun, LedgerClosure, LedgerEntry
 from app.models.sweep import Sweep, SweepPointRecord
 from app.models.usage import ReplicaIdle, UsageRecord
 
-__all__ = ["AllocationRun", "BillingDelivery", "BillingRow", "Deployment", "LedgerClosure",
-           "LedgerEntry", "Replica", "ReplicaIdle", "Sweep", "SweepPointRecord", "UsageRecord"]
+__all__ = ["AllocationRun", "ApiKey", "BillingDelivery", "BillingRow", "Deployment",
+           "LedgerClosure", "LedgerEntry", "Replica", "ReplicaIdle", "Sweep", "SweepPointRecord", "UsageRecord"]

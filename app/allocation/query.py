@@ -1,0 +1,219 @@
+"""Allocation queries over the ledger, OpenCost style: a window, an aggregate, a step.
+
+The ledger of record is the current run of each month. Its entries are read by charge
+period (adjustments to a closed month carry that month's start), grouped in SQL by charge
+hour and the aggregate's dimensions, and cut into steps here. ``idle=share`` hands each
+billing row's idle remainder to that row's request groups in proportion to their
+GPU-seconds (largest remainder, so the total is unchanged); rows that had no request keep
+their idle line. A team's view is computed after sharing, so it gets exactly its share.
+"""
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from sqlalchemy import ColumnElement, func, select
+from sqlalchemy.orm import Session
+
+from app.domain.allocation import split_by_weight
+from app.domain.windows import Step, TimeWindow, bucket_bounds
+from app.models import AllocationRun, LedgerEntry, UsageRecord
+
+IDLE, UNALLOCATED, SHARED, ADJUSTMENT = "(idle)", "(unallocated)", "(shared)", "(adjustment)"
+NONE, UNTAGGED = "(none)", "(untagged)"
+_USAGE_DIMENSIONS = {"model", "method", "cost_center"}
+
+
+class CostMetric(StrEnum):
+    effective = "effective"
+    """FOCUS EffectiveCost: amortised, for unit cost."""
+    billed = "billed"
+    """FOCUS BilledCost: cash, for invoice reconciliation."""
+
+
+class IdlePolicy(StrEnum):
+    separate = "separate"
+    share = "share"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AllocationQuery:
+    window: TimeWindow
+    aggregate: tuple[str, ...]
+    step: Step | None
+    """None: one bucket for the whole window."""
+    cost_metric: CostMetric = CostMetric.effective
+    idle: IdlePolicy = IdlePolicy.separate
+    team: str | None = None
+    """Only this team's rows (and its share of idle)."""
+
+
+@dataclass(slots=True)
+class AllocationLine:
+    start: datetime
+    end: datetime
+    properties: dict[str, str]
+    currency: str
+    cost_micros: int = 0
+    idle_micros: int = 0
+    """Idle cost inside ``cost_micros``: the shared-in idle, or all of it on an idle line."""
+    gpu_ns: int = 0
+
+
+@dataclass(slots=True)
+class AllocationResult:
+    lines: list[AllocationLine]
+    totals: dict[str, int] = field(default_factory=dict)
+    """currency -> cost micros over every line."""
+
+
+# (charge start, kind, currency, deployment, billing row, *dimension values)
+_GroupKey = tuple[Any, ...]
+
+
+def query_allocation(session: Session, query: AllocationQuery) -> AllocationResult:
+    """Allocated cost per aggregate and step over the window (see the module docstring)."""
+    cost = (LedgerEntry.effective_cost_micros if query.cost_metric is CostMetric.effective
+            else LedgerEntry.billed_cost_micros)
+    share = query.idle is IdlePolicy.share
+    groups = _groups(session, query, cost, by_row=share)
+    if share:
+        groups = _share_idle(session, query, cost, groups)
+    lines: dict[tuple[Any, ...], AllocationLine] = {}
+    for key, (amount, idle, gpu_ns) in groups.items():
+        charge_start, kind, currency, deployment, _row, *values = key
+        properties = {dim: _label(dim, kind, deployment, value)
+                      for dim, value in zip(query.aggregate, values, strict=True)}
+        start, end = ((query.window.start, query.window.end) if query.step is None
+                      else bucket_bounds(charge_start, query.step, query.window))
+        line_key = (start, tuple(properties.values()), currency)
+        line = lines.get(line_key)
+        if line is None:
+            line = lines[line_key] = AllocationLine(start, end, properties, currency)
+        line.cost_micros += amount
+        line.idle_micros += idle if kind != "idle" else amount
+        line.gpu_ns += gpu_ns
+    ordered = sorted(lines.values(), key=lambda line: (line.start, tuple(
+        line.properties.values()), line.currency))
+    totals: dict[str, int] = defaultdict(int)
+    for line in ordered:
+        totals[line.currency] += line.cost_micros
+    return AllocationResult(ordered, dict(totals))
+
+
+def _current_runs() -> Any:
+    return select(AllocationRun.id).where(AllocationRun.status == "current",
+                                          AllocationRun.month.is_not(None))
+
+
+def _in_window(query: AllocationQuery) -> list[ColumnElement[bool]]:
+    return [LedgerEntry.run_id.in_(_current_runs()),
+            LedgerEntry.charge_period_start >= query.window.start,
+            LedgerEntry.charge_period_start < query.window.end]
+
+
+def _dimension(dimension: str) -> Any:
+    """The SQL expression of a dimension (a column, or a tag's value as text)."""
+    if dimension == "team":
+        return LedgerEntry.team
+    if dimension == "session":
+        return LedgerEntry.session_id
+    if dimension == "deployment":
+        return LedgerEntry.deployment
+    if dimension == "model":
+        return UsageRecord.model
+    if dimension == "method":
+        return UsageRecord.spec_method
+    if dimension == "cost_center":
+        return UsageRecord.cost_center
+    return UsageRecord.tags[dimension[4:]].as_string()
+
+
+def _groups(session: Session, query: AllocationQuery, cost: Any, *,
+            by_row: bool) -> dict[_GroupKey, tuple[int, int, int]]:
+    """Cost and GPU-ns per charge hour, kind, currency, deployment, (row) and dimensions."""
+    dimensions = [_dimension(d) for d in query.aggregate]
+    columns: list[Any] = [LedgerEntry.charge_period_start, LedgerEntry.kind,
+                          LedgerEntry.currency, LedgerEntry.deployment,
+                          LedgerEntry.billing_row_id if by_row else None, *dimensions]
+    grouped = [c for c in columns if c is not None]
+    statement = select(*grouped, func.sum(cost), func.sum(LedgerEntry.gpu_ns)).where(
+        *_in_window(query))
+    if any(d in _USAGE_DIMENSIONS or d.startswith("tag:") for d in query.aggregate):
+        statement = statement.outerjoin(UsageRecord,
+                                        UsageRecord.event_id == LedgerEntry.event_id)
+    if query.team is not None:
+        statement = statement.where(LedgerEntry.team == query.team)
+    result: dict[_GroupKey, tuple[int, int, int]] = {}
+    for row in session.execute(statement.group_by(*grouped)):
+        values = list(row)
+        amount, gpu_ns = int(values[-2] or 0), int(values[-1] or 0)
+        head = values[:-2]
+        if not by_row:
+            head.insert(4, None)
+        key = tuple(head)
+        old = result.get(key, (0, 0, 0))
+        result[key] = (old[0] + amount, 0, old[2] + gpu_ns)
+    return result
+
+
+def _share_idle(session: Session, query: AllocationQuery, cost: Any,
+                groups: dict[_GroupKey, tuple[int, int, int]]
+                ) -> dict[_GroupKey, tuple[int, int, int]]:
+    """Move each row's idle cost onto the row's request groups, by GPU-ns."""
+    idle_by_row: dict[int, int] = {int(row_id or 0): int(amount) for row_id, amount in session.execute(
+        select(LedgerEntry.billing_row_id, func.sum(cost))
+        .where(*_in_window(query), LedgerEntry.kind == "idle",
+               LedgerEntry.billing_row_id.is_not(None))
+        .group_by(LedgerEntry.billing_row_id))}
+    if not idle_by_row:
+        return groups
+    basis_by_row: dict[int, int] = {int(row_id or 0): int(gpu) for row_id, gpu in session.execute(
+        select(LedgerEntry.billing_row_id, func.sum(LedgerEntry.gpu_ns))
+        .where(*_in_window(query), LedgerEntry.kind == "request",
+               LedgerEntry.billing_row_id.is_not(None))
+        .group_by(LedgerEntry.billing_row_id))}
+    shared_rows = {row for row, basis in basis_by_row.items()
+                   if basis > 0 and row in idle_by_row}
+    out = {key: value for key, value in groups.items()
+           if not (key[1] == "idle" and key[4] in shared_rows)}
+    members: dict[int, list[_GroupKey]] = defaultdict(list)
+    for key in out:
+        if key[1] == "request" and key[4] in shared_rows:
+            members[key[4]].append(key)
+    for row in shared_rows:
+        weights: dict[tuple[str, ...], int] = {}
+        by_label: dict[tuple[str, ...], _GroupKey] = {}
+        for key in members.get(row, []):
+            label = tuple(str(part) for part in key)
+            weights[label] = out[key][2]
+            by_label[label] = key
+        others = basis_by_row[row] - sum(weights.values())
+        if others > 0:  # requests of other teams, not in this view
+            weights[("\uffff",)] = others
+        if not any(weights.values()):
+            continue
+        for label, part in split_by_weight(idle_by_row[row], weights).items():
+            if label in by_label:  # not the others' placeholder
+                amount, idle, gpu_ns = out[by_label[label]]
+                out[by_label[label]] = (amount + part, idle + part, gpu_ns)
+    return out
+
+
+def _label(dimension: str, kind: str, deployment: str | None, value: Any) -> str:
+    """The name a line gets on one dimension: its value, or what kind of cost it is."""
+    if kind == "request":
+        if value is None:
+            return UNTAGGED if dimension.startswith("tag:") else NONE
+        return str(value)
+    if kind == "idle":
+        return (deployment or IDLE) if dimension == "deployment" else IDLE
+    if kind == "unallocated":
+        return UNALLOCATED
+    placeholder = SHARED if kind == "shared" else ADJUSTMENT
+    if dimension in ("team", "deployment", "session") and value is not None:
+        return str(value)
+    return placeholder
+

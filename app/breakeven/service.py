@@ -1,0 +1,285 @@
+"""Breakeven use cases: fit a sweep file, store measured sweeps, apply a fitted schedule.
+
+Orchestration only: the sweep file is read by :mod:`app.breakeven.sweep_file`, the maths is
+in :mod:`app.domain.breakeven_report`, queries in :mod:`app.breakeven.repository`. Functions
+take a session and never commit (the CLI's unit of work does).
+"""
+
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+from sqlalchemy.orm import Session
+
+from app.breakeven import repository
+from app.breakeven.render import measured_crossing
+from app.breakeven.sweep_file import SweepFileError, SweepRow, read_sweep_file
+from app.deployments.service import RegistryError, get_deployment
+from app.domain.breakeven_report import BreakevenFit, breakeven_fit_as_dict, fit_breakeven
+from app.domain.breakeven_sweep import InvalidSweep
+from app.domain.errors import InvalidInput
+from serving.engine_config import (
+    BatchSizeBand,
+    EngineConfig,
+    NgramSpeculation,
+    NoSpeculation,
+    OtherSpeculation,
+    engine_config_path,
+    load_engine_config,
+    save_engine_config,
+)
+
+
+class BreakevenError(Exception):
+    """A breakeven request that cannot be carried out; the message says what to do."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FitOutcome:
+    """A fit and where it was stored."""
+
+    sweep_id: int | None
+    fit: BreakevenFit
+    body: dict[str, Any]
+    """JSON form (``breakeven fit --json``)."""
+    scheduled_rows: tuple[SweepRow, ...]
+    """Rows measured with a dynamic schedule: compared, not fitted."""
+
+
+def fit_rows(
+    rows: Sequence[SweepRow], *, source: str, bootstrap_samples: int, seed: int
+) -> tuple[BreakevenFit, dict[str, Any]]:
+    """Fit sweep rows; domain rejections become a :class:`SweepFileError` naming ``source``.
+
+    Raises:
+        SweepFileError: On degenerate data (the domain's message, prefixed with the source).
+    """
+    try:
+        fit = fit_breakeven([row.point for row in rows], bootstrap_samples=bootstrap_samples,
+                            seed=seed)
+    except InvalidSweep as exc:
+        column = "concurrency" if "concurrency" in exc.problem else None
+        raise SweepFileError(source, str(exc), column=column) from None
+    except InvalidInput as exc:
+        raise SweepFileError(source, str(exc)) from None
+    body = breakeven_fit_as_dict(fit)
+    crossings = {c.config: measured_crossing(c.comparisons) for c in fit.configs}
+    body["measured_crossing"] = crossings[fit.primary_config]
+    for config in body["configs"]:  # type: ignore[attr-defined]
+        config["measured_crossing"] = crossings[config["config"]]
+    return fit, body
+
+
+def fit_sweep_file(
+    session: Session | None, *, path: Path, bootstrap_samples: int = 200, seed: int = 0
+) -> FitOutcome:
+    """Read, check and fit a sweep CSV; store the sweep, its points and its fit.
+
+    Fitting the same file again (same SHA-256) updates the stored fit instead of adding a
+    second copy of the sweep.
+
+    Args:
+        session: Where to store the result; None fits without storing.
+        path: The sweep CSV.
+        bootstrap_samples: Bootstrap replicates for the breakeven interval.
+        seed: Seed of the bootstrap.
+
+    Returns:
+        The fit, its JSON form and the stored sweep's id.
+
+    Raises:
+        SweepFileError: On an unreadable file or degenerate data; names file, row and column.
+    """
+    sweep_file = read_sweep_file(path)
+    fit, body = fit_rows(sweep_file.rows, source=str(path),
+                         bootstrap_samples=bootstrap_samples, seed=seed)
+    sweep_id = None
+    if session is not None:
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        settings = {"source": str(path), "sha256": digest, "bootstrap_samples": bootstrap_samples,
+                    "seed": seed}
+        existing = repository.find_sweep_by_digest(session, digest)
+        if existing is not None:
+            existing.settings = {**(existing.settings or {}), **settings}
+            repository.set_fit(session, existing, body)
+            sweep_id = existing.id
+        else:
+            sweep = repository.add_sweep(
+                session, name=path.name, rows=[*sweep_file.rows, *sweep_file.scheduled],
+                settings=settings, fit=body)
+            sweep_id = sweep.id
+        body = {"sweep_id": sweep_id, **body}
+    return FitOutcome(sweep_id=sweep_id, fit=fit, body=body, scheduled_rows=sweep_file.scheduled)
+
+
+def store_measured_sweep(
+    session: Session,
+    *,
+    name: str,
+    rows: Sequence[SweepRow],
+    settings: dict[str, Any],
+    deployment: str | None = None,
+    bootstrap_samples: int = 200,
+    seed: int = 0,
+) -> tuple[int, FitOutcome | None, str | None]:
+    """Store a sweep measured by ``breakeven sweep`` and fit it when the data allow.
+
+    Returns:
+        ``(sweep id, fit or None, why there is no fit or None)``.
+    """
+    fittable = [row for row in rows if not row.schedule]
+    sweep = repository.add_sweep(session, name=name, rows=rows, settings=settings,
+                                 deployment=deployment)
+    try:
+        fit, body = fit_rows(fittable, source=name, bootstrap_samples=bootstrap_samples,
+                             seed=seed)
+    except SweepFileError as exc:
+        return sweep.id, None, str(exc)
+    body = {"sweep_id": sweep.id, **body}
+    repository.set_fit(session, sweep, body)
+    outcome = FitOutcome(sweep_id=sweep.id, fit=fit, body=body,
+                         scheduled_rows=tuple(r for r in rows if r.schedule))
+    return sweep.id, outcome, None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AppliedSchedule:
+    """What ``breakeven apply`` wrote."""
+
+    deployment: str
+    engine: EngineConfig
+    engine_path: Path
+    source: str
+    bands: tuple[BatchSizeBand, ...]
+    note: str | None = None
+
+
+def _fit_body(session: Session, *, sweep_id: int | None, fit_path: Path | None
+              ) -> tuple[dict[str, Any], str]:
+    if sweep_id is not None and fit_path is not None:
+        raise BreakevenError("give --sweep or --fit, not both")
+    if fit_path is not None:
+        try:
+            body = json.loads(fit_path.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as exc:
+            raise BreakevenError(f"{fit_path}: not a readable fit JSON file: {exc}") from None
+        if not isinstance(body, dict):
+            raise BreakevenError(f"{fit_path}: expected a JSON object from `breakeven fit --json`")
+        return body, str(fit_path)
+    sweep = (repository.get_sweep(session, sweep_id) if sweep_id is not None
+             else repository.latest_fitted_sweep(session))
+    if sweep is None:
+        raise BreakevenError(f"no sweep {sweep_id}" if sweep_id is not None else
+                             "no fitted sweep yet; run `specledger breakeven fit sweep.csv`")
+    if sweep.fit is None:
+        raise BreakevenError(f"sweep {sweep.id} has no fit; run `specledger breakeven fit` "
+                             "on its CSV")
+    return sweep.fit, f"sweep {sweep.id} ({sweep.name})"
+
+
+def _schedule_of(body: dict[str, Any], source: str) -> tuple[tuple[BatchSizeBand, ...], str, int]:
+    """Bands, method and k of the fit's primary config."""
+    try:
+        bands = tuple(BatchSizeBand(start=int(s), end=int(e), k=int(k))
+                      for s, e, k in body["schedule"])
+        primary = next(c for c in body["configs"] if c["config"] == body["config"])
+        method, k = str(primary["method"]), int(primary["k"])
+    except (KeyError, TypeError, ValueError, StopIteration, ValidationError) as exc:
+        raise BreakevenError(f"{source}: not a breakeven fit (need 'schedule', 'config' and "
+                             f"'configs' as `breakeven fit --json` prints them): {exc}") from None
+    if not bands:
+        raise BreakevenError(f"{source}: the fit has an empty schedule")
+    return bands, method, k
+
+
+def _load_engine(name: str, path: Path, stored: dict[str, Any] | None) -> EngineConfig:
+    try:
+        if path.is_file():
+            return load_engine_config(path)
+        if stored:
+            return EngineConfig.model_validate(stored)
+    except ValidationError as exc:
+        raise BreakevenError(f"engine config of {name!r} is not valid: {exc}") from None
+    raise BreakevenError(
+        f"deployment {name!r} has no engine config ({path} does not exist and the registry "
+        f"holds none); start it once with `specledger engine start --name {name} --spec ngram`, "
+        "which saves the file, then apply again")
+
+
+def _with_schedule(engine: EngineConfig, bands: tuple[BatchSizeBand, ...], *, method: str,
+                   k: int) -> tuple[EngineConfig, str | None]:
+    fields = engine.model_dump()
+    if all(band.k == 0 for band in bands):
+        fields.update(speculation=NoSpeculation().model_dump(), batch_size_schedule=None)
+        return EngineConfig.model_validate(fields), (
+            "the schedule never speculates, so the engine is set to plain decoding: a drafter "
+            "kept at k=0 still costs throughput (DESIGN.md, measured ~11-13% on CPU)")
+    speculation = engine.speculation
+    note = None
+    if isinstance(speculation, NoSpeculation):
+        if method != "ngram":
+            raise BreakevenError(
+                f"the engine of {engine.name!r} does not speculate and the fit is for "
+                f"{method!r}; set the drafter in the engine config first")
+        speculation = NgramSpeculation(k=k)
+        note = f"speculation was off; set to ngram k={k} as the fit measured"
+    engine_method = (speculation.vllm_method if isinstance(speculation, OtherSpeculation)
+                     else speculation.method)
+    if engine_method != method:
+        raise BreakevenError(
+            f"the fit is for {method!r} but the engine of {engine.name!r} speculates with "
+            f"{engine_method!r}; fit a sweep of that method")
+    fields.update(speculation=speculation.model_dump(),
+                  batch_size_schedule=[band.model_dump() for band in bands])
+    try:
+        return EngineConfig.model_validate(fields), note
+    except ValidationError as exc:
+        raise BreakevenError(f"the schedule does not fit the engine config: {exc}") from None
+
+
+def apply_schedule(
+    session: Session,
+    *,
+    deployment: str,
+    sweep_id: int | None = None,
+    fit_path: Path | None = None,
+    engines_dir: Path,
+) -> AppliedSchedule:
+    """Write a fitted speculation schedule into a deployment's engine config.
+
+    Both copies are updated: the registry's ``Deployment.engine_config`` and the engine JSON
+    file that ``specledger engine start --config`` reads, so the next start uses vLLM's
+    dynamic speculation (``num_speculative_tokens_per_batch_size``).
+
+    Args:
+        session: Database session (the registry).
+        deployment: Registered deployment name; also names the engine file.
+        sweep_id: Take the fit stored with this sweep.
+        fit_path: Take the fit from a ``breakeven fit --json`` file instead.
+        engines_dir: Folder of engine configs.
+
+    Returns:
+        The new engine config and where it was written.
+
+    Raises:
+        BreakevenError: Unknown deployment, no engine config, no fit, or a fit for another
+            speculation method than the engine's.
+    """
+    try:
+        record = get_deployment(session, deployment)
+    except RegistryError as exc:
+        raise BreakevenError(str(exc)) from None
+    body, source = _fit_body(session, sweep_id=sweep_id, fit_path=fit_path)
+    bands, method, k = _schedule_of(body, source)
+    path = engine_config_path(deployment, engines_dir)
+    engine = _load_engine(deployment, path, record.engine_config)
+    updated, note = _with_schedule(engine, bands, method=method, k=k)
+    save_engine_config(updated, path)
+    record.engine_config = updated.model_dump(mode="json")
+    session.flush()
+    return AppliedSchedule(deployment=deployment, engine=updated, engine_path=path,
+                           source=source, bands=bands, note=note)

@@ -1,0 +1,159 @@
+"""CLI commands for load sweeps, the breakeven fit, its schedule and the tiers (mounted by
+app.cli)."""
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from sqlalchemy.orm import Session
+
+from app.breakeven import service
+from app.breakeven.render import fit_report
+from app.breakeven.sweep_file import SweepFileError
+from app.cli_support import UserError, open_engine, user_errors
+from app.settings import get_settings
+from app.tiers import service as tiers
+from app.tiers.catalog import TierCatalogError, load_tier_catalog
+from app.tiers.render import recommendation_text, tiers_text
+from serving.engine_config import DEFAULT_ENGINES_DIR
+
+breakeven_app = typer.Typer(
+    help="When speculation pays off: load sweeps, the breakeven fit, the vLLM schedule.",
+    no_args_is_help=True)
+tiers_app = typer.Typer(help="The maturity tiers: costs with and without speculation, advice.",
+                        no_args_is_help=True)
+
+JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
+
+
+@breakeven_app.command("fit")
+def fit(
+    path: Annotated[Path, typer.Argument(help="Sweep CSV: one row per (config, concurrency) "
+                                         "with config, method, k, concurrency, "
+                                         "output_tokens_per_s, tpot_p50_s, acceptance_rate, "
+                                         "mean_acceptance_length.")],
+    as_json: JsonOption = False,
+    bootstrap: Annotated[int, typer.Option(min=0, help="Bootstrap refits for the breakeven "
+                                           "confidence interval (0: none).")] = 200,
+    seed: Annotated[int, typer.Option(help="Seed of the bootstrap.")] = 0,
+    store: Annotated[bool, typer.Option(help="Store the sweep and its fit in the "
+                                        "database.")] = True,
+) -> None:
+    """Fit the step-time model to a sweep and report the breakeven concurrency.
+
+    Prints the parameters with standard errors, predicted against measured speedup per
+    concurrency, the breakeven with a bootstrap 95% interval (or that the curves do not cross
+    in the measured range, with the speedup at its edges), the inflection point, the acceptance
+    needed at each concurrency, and the best k per batch size as vLLM's
+    num_speculative_tokens_per_batch_size. Degenerate input exits with status 2 and names the
+    file, row and column.
+    """
+    with user_errors():
+        try:
+            if store:
+                with open_engine(get_settings()) as engine, Session(engine) as session, \
+                        session.begin():
+                    outcome = service.fit_sweep_file(session, path=path,
+                                                     bootstrap_samples=bootstrap, seed=seed)
+            else:
+                outcome = service.fit_sweep_file(None, path=path, bootstrap_samples=bootstrap,
+                                                 seed=seed)
+        except SweepFileError as exc:
+            raise UserError(str(exc)) from None
+    if as_json:
+        typer.echo(json.dumps(outcome.body, indent=2))
+    else:
+        typer.echo(fit_report(outcome.fit, source=str(path), sweep_id=outcome.sweep_id,
+                              scheduled_rows=outcome.scheduled_rows))
+
+
+@breakeven_app.command("apply")
+def apply(
+    deployment: Annotated[str, typer.Option(help="Registered deployment; its engine config "
+                                            "is <engines-dir>/<deployment>.json.")],
+    sweep: Annotated[int | None, typer.Option(help="Use the fit stored with this sweep "
+                                              "(default: the newest fitted sweep).")] = None,
+    fit_file: Annotated[Path | None, typer.Option("--fit", help="Use a fit saved with "
+                                                  "`breakeven fit --json`.")] = None,
+    engines_dir: Annotated[Path, typer.Option(help="Folder of engine configs.")] =
+        DEFAULT_ENGINES_DIR,
+) -> None:
+    """Write the fitted speculation schedule into a deployment's engine config.
+
+    Updates the registry (the deployment's engine_config) and the engine JSON file, so that
+    `specledger engine start --config <engines-dir>/<deployment>.json` runs vLLM with
+    num_speculative_tokens_per_batch_size: speculate where it pays, not above the breakeven.
+    """
+    with user_errors(), open_engine(get_settings()) as engine, Session(engine) as session, \
+            session.begin():
+        try:
+            applied = service.apply_schedule(session, deployment=deployment, sweep_id=sweep,
+                                             fit_path=fit_file, engines_dir=engines_dir)
+        except service.BreakevenError as exc:
+            raise UserError(str(exc)) from None
+    bands = json.dumps([[b.start, b.end, b.k] for b in applied.bands])
+    typer.echo(f"deployment {deployment}: schedule {bands} from {applied.source} written to "
+               f"{applied.engine_path} and the registry")
+    if applied.note:
+        typer.echo(f"note: {applied.note}")
+    typer.echo(f"next start: specledger engine start --config {applied.engine_path}")
+
+
+def _tier_models(sweep: int | None) -> tuple[object, list[tiers.TierModel], tiers.Workload]:
+    catalog = load_tier_catalog()
+    if sweep is None:
+        workload = tiers.default_workload(catalog)
+    else:
+        with open_engine(get_settings()) as engine, Session(engine) as session:
+            workload = tiers.sweep_workload(session, sweep, catalog)
+    return catalog, tiers.build_tier_models(catalog, workload), workload
+
+
+@tiers_app.command("show")
+def tiers_show(
+    as_json: JsonOption = False,
+    sweep: Annotated[int | None, typer.Option(help="Take acceptance and the TPOT tail from "
+                                              "this fitted sweep.")] = None,
+) -> None:
+    """Show the three tiers: price per hour and month (computed, and the brief's quoted
+    figures), the modelled replica, and cost per 1K session-seconds and per 1M tokens with and
+    without speculation across each tier's session range."""
+    with user_errors():
+        try:
+            catalog, models, workload = _tier_models(sweep)
+        except (tiers.TierError, TierCatalogError) as exc:
+            raise UserError(str(exc)) from None
+        report = tiers.show_tiers(catalog, models, workload)  # type: ignore[arg-type]
+    typer.echo(json.dumps(report, indent=2) if as_json else tiers_text(report))
+
+
+@tiers_app.command("recommend")
+def tiers_recommend(
+    concurrency: Annotated[int, typer.Option(min=1, help="Concurrent sessions to serve.")],
+    tpot_p90: Annotated[float, typer.Option(help="Target p90 time per output token, "
+                                            "seconds.")],
+    sweep: Annotated[int | None, typer.Option(help="Take acceptance and the TPOT tail from "
+                                              "this fitted sweep.")] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Recommend the cheapest tier that meets a TPOT p90 target at a concurrency, with the
+    speculation mode to run and the reasoning for every tier."""
+    with user_errors():
+        try:
+            _, models, workload = _tier_models(sweep)
+            result = tiers.recommend_tier(models, workload, concurrency=concurrency,
+                                          tpot_p90_s=tpot_p90)
+        except (tiers.TierError, TierCatalogError) as exc:
+            raise UserError(str(exc)) from None
+    typer.echo(json.dumps(result, indent=2) if as_json else recommendation_text(result))
+
+
+def register(app: typer.Typer) -> None:
+    """Mount ``breakeven`` and ``tiers`` on the main CLI."""
+    from app.cli_sweep import sweep
+
+    breakeven_app.command("sweep")(sweep)
+    app.add_typer(breakeven_app, name="breakeven")
+    app.add_typer(tiers_app, name="tiers")
+

@@ -1,0 +1,329 @@
+"""Waste findings: where speculative serving spends money for nothing, and what to do about it.
+
+Three kinds of finding, each with the cost seen in the query window, an estimated monthly
+cost (the window's rate over an average month) and a recommended action:
+
+* ``low_acceptance``: drafted tokens are mostly rejected. Judged with the Wilson score
+  interval of the acceptance rate: a group is flagged only when even the interval's upper
+  bound lies below the threshold, so a handful of unlucky requests is never flagged. The
+  cost is the share of the group's cost spent verifying rejected draft tokens, as the meter
+  charges them (GPU time is split by scheduled tokens, rejected drafts included).
+* ``above_breakeven``: requests ran with speculation at concurrencies above the fitted
+  breakeven, where speculation is slower than plain decoding. The cost is what those
+  requests cost times the modelled slowdown ``1 - speedup``.
+* ``idle_gpu``: a deployment's idle share of its GPU cost is above a threshold.
+
+Drafted tokens within one step are not independent trials (a step stops at the first
+rejection), so the token count overstates the sample size; ``min_requests`` guards against
+groups of one long request.
+"""
+
+import itertools
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from statistics import NormalDist
+
+from app.domain.errors import InvalidInput
+from app.domain.money import format_micros
+from app.domain.speculation import alpha_from_acceptance_length
+
+SECONDS_PER_MONTH = 365.25 / 12 * 86_400
+"""An average calendar month, for monthly estimates."""
+
+MARGINAL_ACCEPTANCE_FLOOR = 0.25
+"""A drafted position is worth keeping while its acceptance probability alpha**j is at least
+this: below it, three verification slots in four at that position are wasted."""
+
+
+class FindingKind(StrEnum):
+    low_acceptance = "low_acceptance"
+    above_breakeven = "above_breakeven"
+    idle_gpu = "idle_gpu"
+
+
+class Scope(StrEnum):
+    deployment = "deployment"
+    team = "team"
+    session = "session"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Thresholds:
+    """When a finding is raised."""
+
+    acceptance: float = 0.5
+    """Flag acceptance rates confidently below this."""
+    confidence: float = 0.95
+    """Two-sided coverage of the Wilson interval."""
+    min_requests: int = 5
+    """Groups with fewer speculative requests are not judged."""
+    idle_share: float = 0.3
+    """Flag deployments whose idle cost exceeds this share of their GPU cost."""
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.acceptance < 1.0:
+            raise InvalidInput(f"acceptance threshold must lie in (0, 1), got {self.acceptance}")
+        if not 0.5 <= self.confidence < 1.0:
+            raise InvalidInput(f"confidence must lie in [0.5, 1), got {self.confidence}")
+        if self.min_requests < 1:
+            raise InvalidInput(f"min_requests must be >= 1, got {self.min_requests}")
+        if not 0.0 < self.idle_share < 1.0:
+            raise InvalidInput(f"idle share threshold must lie in (0, 1), got {self.idle_share}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AcceptanceGroup:
+    """Speculative requests of one deployment, team or session in the window."""
+
+    scope: Scope
+    key: str
+    method: str
+    """Speculation method; ``mixed`` when the group used several."""
+    k: int | None
+    """Drafted tokens per step; the largest seen when the group used several."""
+    requests: int
+    num_drafts: int
+    draft_tokens: int
+    accepted_tokens: int
+    scheduled_tokens: int
+    """Prompt + completion + rejected draft tokens: the meter's GPU-time basis."""
+    cost_micros: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BreakevenCurve:
+    """A deployment's fitted breakeven (from its newest load sweep)."""
+
+    deployment: str
+    breakeven_concurrency: float
+    speedups: Sequence[tuple[float, float]]
+    """(concurrency, modelled speedup) points of the fit, for interpolation."""
+    schedule: Sequence[Sequence[int]]
+    """vLLM ``num_speculative_tokens_per_batch_size`` bands ``[start, end, k]``."""
+    sweep_id: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BreakevenExposure:
+    """Speculative requests of a deployment that ran above its breakeven concurrency."""
+
+    deployment: str
+    method: str
+    requests: int
+    seconds: float
+    """Wall time of those requests, summed."""
+    mean_concurrency: float
+    cost_micros: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class IdleExposure:
+    deployment: str
+    idle_micros: int
+    gpu_micros: int
+    """Request plus idle cost of the deployment's GPU rows."""
+    replicas: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Finding:
+    kind: FindingKind
+    scope: Scope
+    key: str
+    window_cost_micros: int
+    """What the waste cost in the query window."""
+    monthly_cost_micros: int
+    """The window's rate over an average month."""
+    action: str
+    detail: str
+    metrics: Mapping[str, float | int | str | None] = field(default_factory=dict)
+
+
+def wilson_interval(successes: int, trials: int, *, confidence: float) -> tuple[float, float]:
+    """Wilson score interval of a binomial proportion.
+
+    Args:
+        successes: Accepted draft tokens.
+        trials: Drafted tokens, > 0.
+        confidence: Two-sided coverage, e.g. 0.95.
+
+    Returns:
+        ``(low, high)`` within [0, 1].
+
+    Raises:
+        InvalidInput: If the counts are inconsistent or confidence is outside (0, 1).
+    """
+    if trials <= 0 or not 0 <= successes <= trials:
+        raise InvalidInput(f"need 0 <= successes <= trials and trials > 0, got "
+                           f"{successes}/{trials}")
+    if not 0.0 < confidence < 1.0:
+        raise InvalidInput(f"confidence must lie in (0, 1), got {confidence}")
+    z = NormalDist().inv_cdf(0.5 + confidence / 2)
+    p = successes / trials
+    denominator = 1 + z * z / trials
+    centre = (p + z * z / (2 * trials)) / denominator
+    half = z * math.sqrt(p * (1 - p) / trials + z * z / (4 * trials * trials)) / denominator
+    # Exact in theory, not in floating point: keep p inside its own interval.
+    return max(0.0, min(centre - half, p)), min(1.0, max(centre + half, p))
+
+
+def monthly_total(findings: Sequence[Finding]) -> int:
+    """Estimated monthly waste without double counting: the deployment-level findings.
+
+    Team and session findings break the same waste down by who caused it.
+    """
+    return sum(f.monthly_cost_micros for f in findings if f.scope is Scope.deployment)
+
+
+def monthly(amount_micros: int, window_seconds: float) -> int:
+    """An amount seen over ``window_seconds`` scaled to an average month, in micros."""
+    if window_seconds <= 0:
+        raise InvalidInput(f"window must be positive, got {window_seconds} s")
+    return round(amount_micros * SECONDS_PER_MONTH / window_seconds)
+
+
+def suggested_k(*, num_drafts: int, draft_tokens: int, accepted_tokens: int,
+                k: int | None) -> int | None:
+    """The k to move to: the longest draft whose last position is still accepted with
+    probability at least :data:`MARGINAL_ACCEPTANCE_FLOOR`; 0 means no k is worth drafting.
+
+    Returns:
+        The suggestion, or None when k or the draft counts are unknown.
+    """
+    if not k or k < 1 or num_drafts <= 0 or draft_tokens <= 0:
+        return None
+    length = min(max((accepted_tokens + num_drafts) / num_drafts, 1.0), k + 1.0)
+    try:
+        alpha = alpha_from_acceptance_length(mean_acceptance_length=length, k=k)
+    except InvalidInput:
+        return None
+    best = 0
+    for j in range(1, k + 1):
+        if alpha**j >= MARGINAL_ACCEPTANCE_FLOOR:
+            best = j
+    return best
+
+
+def low_acceptance_findings(groups: Sequence[AcceptanceGroup], thresholds: Thresholds, *,
+                            window_seconds: float) -> list[Finding]:
+    """Groups whose acceptance rate is confidently below the threshold."""
+    findings: list[Finding] = []
+    for group in groups:
+        if group.requests < thresholds.min_requests or group.draft_tokens <= 0:
+            continue
+        accepted = min(group.accepted_tokens, group.draft_tokens)
+        low, high = wilson_interval(accepted, group.draft_tokens,
+                                    confidence=thresholds.confidence)
+        if high >= thresholds.acceptance:
+            continue
+        rejected = group.draft_tokens - accepted
+        wasted = (round(group.cost_micros * rejected / group.scheduled_tokens)
+                  if group.scheduled_tokens > 0 else 0)
+        target_k = suggested_k(num_drafts=group.num_drafts, draft_tokens=group.draft_tokens,
+                               accepted_tokens=accepted, k=group.k)
+        rate = accepted / group.draft_tokens
+        findings.append(Finding(
+            kind=FindingKind.low_acceptance, scope=group.scope, key=group.key,
+            window_cost_micros=wasted,
+            monthly_cost_micros=monthly(wasted, window_seconds),
+            action=_acceptance_action(group, target_k),
+            detail=(f"{rate:.1%} of {group.draft_tokens} drafted tokens accepted over "
+                    f"{group.requests} requests ({thresholds.confidence:.0%} Wilson interval "
+                    f"{low:.1%}-{high:.1%}, below the {thresholds.acceptance:.0%} threshold); "
+                    f"{rejected} rejected draft tokens were verified for nothing"),
+            metrics={"acceptance_rate": round(rate, 4), "wilson_low": round(low, 4),
+                     "wilson_high": round(high, 4), "requests": group.requests,
+                     "draft_tokens": group.draft_tokens, "accepted_tokens": accepted,
+                     "method": group.method, "k": group.k, "suggested_k": target_k},
+        ))
+    return findings
+
+
+def _acceptance_action(group: AcceptanceGroup, target_k: int | None) -> str:
+    if target_k is not None and group.k and 0 < target_k < group.k:
+        return (f"lower k (num_speculative_tokens) from {group.k} to {target_k}: positions "
+                f"beyond {target_k} are accepted less than "
+                f"{MARGINAL_ACCEPTANCE_FLOOR:.0%} of the time")
+    return ("change the drafter (a draft model closer to the target, or ngram for "
+            "copy-heavy traffic), or turn speculation off for this traffic")
+
+
+def speedup_at(points: Sequence[tuple[float, float]], concurrency: float) -> float:
+    """Modelled speedup at ``concurrency``, interpolated linearly on log concurrency and held
+    constant beyond the outermost points.
+
+    Raises:
+        InvalidInput: If there are no points or a concurrency is not positive.
+    """
+    ordered = sorted((c, s) for c, s in points if math.isfinite(c) and math.isfinite(s))
+    if not ordered or concurrency <= 0 or ordered[0][0] <= 0:
+        raise InvalidInput("need positive concurrency and at least one curve point")
+    if concurrency <= ordered[0][0]:
+        return ordered[0][1]
+    for (c0, s0), (c1, s1) in itertools.pairwise(ordered):
+        if concurrency <= c1:
+            share = (math.log(concurrency) - math.log(c0)) / (math.log(c1) - math.log(c0))
+            return s0 + share * (s1 - s0)
+    return ordered[-1][1]
+
+
+def above_breakeven_finding(curve: BreakevenCurve, exposure: BreakevenExposure, *,
+                            window_seconds: float) -> Finding | None:
+    """A finding for speculative requests above the breakeven, or None if there were none."""
+    if exposure.requests <= 0:
+        return None
+    speedup = (speedup_at(curve.speedups, exposure.mean_concurrency) if curve.speedups
+               else 1.0)
+    loss = max(0.0, 1.0 - min(speedup, 1.0))
+    wasted = round(exposure.cost_micros * loss)
+    schedule = [list(band) for band in curve.schedule]
+    action = ("apply the fitted speculation schedule (vLLM "
+              f"num_speculative_tokens_per_batch_size: {schedule})" if schedule else
+              f"turn speculation off above {curve.breakeven_concurrency:.1f} concurrent "
+              "requests")
+    if exposure.method == "draft_model":
+        action += ("; keep draft and target on one NUMA node, since a drafter on another "
+                   "node slows every draft step and lowers the breakeven")
+    return Finding(
+        kind=FindingKind.above_breakeven, scope=Scope.deployment, key=curve.deployment,
+        window_cost_micros=wasted, monthly_cost_micros=monthly(wasted, window_seconds),
+        action=action,
+        detail=(f"{exposure.requests} speculative requests ({exposure.seconds:.0f} s) ran at "
+                f"concurrency above the fitted breakeven of "
+                f"{curve.breakeven_concurrency:.1f} (mean {exposure.mean_concurrency:.1f}, "
+                f"modelled speedup {speedup:.2f}); they cost "
+                f"{exposure.cost_micros / 1e6:.2f} in the window"),
+        metrics={"breakeven_concurrency": round(curve.breakeven_concurrency, 3),
+                 "requests": exposure.requests, "seconds": round(exposure.seconds, 3),
+                 "mean_concurrency": round(exposure.mean_concurrency, 3),
+                 "modelled_speedup": round(speedup, 4),
+                 "cost_above_breakeven": format_micros(exposure.cost_micros),
+                 "sweep_id": curve.sweep_id},
+    )
+
+
+def idle_findings(exposures: Sequence[IdleExposure], thresholds: Thresholds, *,
+                  window_seconds: float) -> list[Finding]:
+    """Deployments whose idle share of GPU cost is above the threshold."""
+    findings: list[Finding] = []
+    for item in exposures:
+        if item.gpu_micros <= 0:
+            continue
+        share = item.idle_micros / item.gpu_micros
+        if share <= thresholds.idle_share:
+            continue
+        action = (f"consolidate replicas: {item.replicas} replicas were idle "
+                  f"{share:.0%} of the time" if item.replicas > 1 else
+                  "scale the deployment down when it is idle, or move this traffic onto a "
+                  "shared deployment")
+        findings.append(Finding(
+            kind=FindingKind.idle_gpu, scope=Scope.deployment, key=item.deployment,
+            window_cost_micros=item.idle_micros,
+            monthly_cost_micros=monthly(item.idle_micros, window_seconds), action=action,
+            detail=(f"{share:.1%} of the deployment's GPU cost was idle (threshold "
+                    f"{thresholds.idle_share:.0%})"),
+            metrics={"idle_share": round(share, 4), "replicas": item.replicas},
+        ))
+    return findings

@@ -1,0 +1,60 @@
+"""Chargeback files as bytes, for download: per team (or cost center) and deployment, or a
+FOCUS 1.3 dataset of every allocated share."""
+
+import re
+from dataclasses import dataclass
+from enum import StrEnum
+
+import pyarrow as pa
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
+from sqlalchemy import Engine
+
+from app.domain.periods import month_bounds
+from app.ledger.costs import unit_costs
+from app.ledger.export import chargeback_table, focus_allocation_table
+
+
+class ChargebackFormat(StrEnum):
+    csv = "csv"
+    parquet = "parquet"
+    focus_csv = "focus-csv"
+    focus_parquet = "focus-parquet"
+
+
+@dataclass(frozen=True, slots=True)
+class Download:
+    content: bytes
+    filename: str
+    media_type: str
+
+
+def chargeback_file(engine: Engine, *, month: str, fmt: ChargebackFormat, team: str | None,
+                    by_cost_center: bool = False) -> Download:
+    """The month's chargeback in ``fmt``; ``team`` keeps only that team's lines."""
+    if fmt in (ChargebackFormat.focus_csv, ChargebackFormat.focus_parquet):
+        table = focus_allocation_table(engine, month, team=team)
+        stem = f"focus-allocation-{month}"
+    else:
+        start, end = month_bounds(month)
+        by = ["cost_center" if by_cost_center else "team", "deployment"]
+        lines = unit_costs(engine, month=month, start=start, end=end, by=by, team=team)
+        table = chargeback_table(lines, by, month)
+        stem = f"chargeback-{month}"
+    if team is not None:
+        stem += "-" + re.sub(r"[^A-Za-z0-9_.-]", "_", team)[:64]
+    if fmt in (ChargebackFormat.csv, ChargebackFormat.focus_csv):
+        return Download(_csv_bytes(table), f"{stem}.csv", "text/csv")
+    return Download(_parquet_bytes(table), f"{stem}.parquet", "application/vnd.apache.parquet")
+
+
+def _csv_bytes(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    pacsv.write_csv(table, sink)
+    return bytes(sink.getvalue().to_pybytes())
+
+
+def _parquet_bytes(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink)
+    return bytes(sink.getvalue().to_pybytes())

@@ -1,0 +1,220 @@
+"""HTML pages around the figures: a header with navigation, the scope, and the plots.
+
+Pages hold no data access: the router (served) and the CLI (static export) pass in frames from
+:mod:`dashboards.data`. Plotly's JavaScript comes from the installed ``plotly`` package, either
+as a ``<script src>`` the caller serves or inline; never from a CDN (the service runs offline).
+"""
+
+import functools
+import html
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+import plotly
+import plotly.graph_objects as go
+import plotly.io as pio
+from plotly.offline import get_plotlyjs
+
+from dashboards import figures
+
+PAGES: dict[str, str] = {
+    "cost": "Cost",
+    "breakeven": "Breakeven",
+    "speculation": "Speculation health",
+    "tiers": "Tiers",
+}
+"""Page name (URL path and file stem) -> title, in navigation order."""
+
+PLOTLY_JS_NAME = "plotly.min.js"
+_RESIZE = ("<script>window.addEventListener('load',function(){"
+           "document.querySelectorAll('.js-plotly-plot').forEach(function(el){"
+           "Plotly.Plots.resize(el);});});</script>")
+"""Plots drawn while the grid was still laid out get their card's final width."""
+_PLOT_CONFIG = {"displaylogo": False, "responsive": True}
+_STYLE = """
+body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:0;color:#222;
+background:#f6f7f9}
+header{background:#1f2a37;color:#fff;padding:10px 24px;display:flex;gap:24px;
+align-items:center;flex-wrap:wrap}
+header .brand{font-weight:700;font-size:18px}
+nav a{color:#cbd5e1;text-decoration:none;margin-right:16px;font-size:15px}
+nav a.active{color:#fff;border-bottom:2px solid #60a5fa;padding-bottom:3px}
+.scope{margin-left:auto;font-size:14px;color:#e2e8f0}
+main{padding:16px 24px;max-width:1400px;margin:0 auto}
+.grid{display:grid;grid-template-columns:repeat(auto-fit,minmax(560px,1fr));gap:16px}
+.card{background:#fff;border-radius:8px;box-shadow:0 1px 3px rgba(0,0,0,.12);padding:8px;
+min-width:0;overflow:hidden}
+.card.wide{grid-column:1/-1}
+.note{color:#555;font-size:14px;margin:6px 4px 14px}
+pre{background:#f1f5f9;padding:8px;border-radius:6px;overflow-x:auto;font-size:13px}
+form.controls{display:inline-flex;gap:8px;align-items:center;font-size:14px}
+form.controls input{font-size:13px;padding:2px 4px}
+"""
+
+
+@dataclass(frozen=True)
+class PageContext:
+    """What every page needs besides its data."""
+
+    month: str
+    team: str | None
+    """The team the viewer is limited to (or chose, as an administrator); None: all teams."""
+    href: Callable[[str], str]
+    """Link to another page by name (served URL or exported file name)."""
+    plotly_script: str
+    """The ``<script>`` element that loads plotly.js (see :func:`plotly_script_tag`)."""
+    controls: bool = True
+    """Show the month form (served pages; not in a static export)."""
+    team_choice: bool = False
+    """An administrator may type a team to see its view."""
+
+
+def plotly_script_tag(src: str | None) -> str:
+    """``<script src=...>`` for a served or exported copy of plotly.js; inline when None."""
+    if src is None:
+        return f"<script>{plotly_js()}</script>"
+    return f'<script src="{html.escape(src)}"></script>'
+
+
+@functools.cache
+def plotly_js() -> str:
+    """The minified plotly.js bundled with the installed plotly package (read once)."""
+    return str(get_plotlyjs())
+
+
+def plotly_version() -> str:
+    return str(plotly.__version__)
+
+
+def figure_html(fig: go.Figure, div_id: str) -> str:
+    """A figure as an HTML fragment; plotly.js must already be loaded by the page."""
+    fragment: str = pio.to_html(fig, full_html=False, include_plotlyjs=False, div_id=div_id,
+                                config=_PLOT_CONFIG, validate=False)
+    return fragment
+
+
+def _card(content: str, *, wide: bool = False) -> str:
+    return f'<div class="card{" wide" if wide else ""}">{content}</div>'
+
+
+def _controls(ctx: PageContext) -> str:
+    if not ctx.controls:
+        return ""
+    team = ""
+    if ctx.team_choice:
+        team = ('<label>team <input name="team" size="12" placeholder="all" value="'
+                f'{html.escape(ctx.team or "")}"></label>')
+    return (f'<form class="controls" method="get"><label>month <input name="month" '
+            f'type="month" value="{html.escape(ctx.month)}"></label>{team}'
+            '<button type="submit">show</button></form>')
+
+
+def render(ctx: PageContext, page: str, cards: Sequence[str], *, intro: str = "") -> str:
+    """A whole page: header, navigation, scope line, then the cards in a grid."""
+    nav = "".join(
+        f'<a href="{html.escape(ctx.href(name))}"'
+        f'{" class=active" if name == page else ""}>{html.escape(title)}</a>'
+        for name, title in PAGES.items())
+    scope = f"team {ctx.team}" if ctx.team else "all teams"
+    title = PAGES[page]
+    return (
+        "<!doctype html>\n<html lang=en><head><meta charset=utf-8>"
+        '<meta name=viewport content="width=device-width, initial-scale=1">'
+        '<link rel="icon" href="data:,">'
+        f"<title>SpecLedger · {html.escape(title)}</title><style>{_STYLE}</style>"
+        f"{ctx.plotly_script}</head><body>"
+        f'<header><span class="brand">SpecLedger</span><nav>{nav}</nav>'
+        f'<span class="scope" data-scope="{html.escape(ctx.team or "*")}">'
+        f"{html.escape(scope)} · {html.escape(ctx.month)} {_controls(ctx)}</span></header>"
+        f"<main><h1>{html.escape(title)}</h1>"
+        f'{f"<p class=note>{intro}</p>" if intro else ""}'
+        f'<div class="grid">{"".join(cards)}</div></main>{_RESIZE}</body></html>\n')
+
+
+def cost_page(ctx: PageContext, *, ledger: pd.DataFrame, usage: pd.DataFrame,
+              sessions: pd.DataFrame, reconciliation: pd.DataFrame) -> str:
+    """Cost by team, unit costs, idle share and the reconciliation tile."""
+    cards = [
+        _card(figure_html(figures.cost_by_team_figure(ledger), "cost-by-team"), wide=True),
+        _card(figure_html(figures.reconciliation_figure(reconciliation), "reconciliation")),
+        _card(figure_html(figures.idle_share_figure(ledger), "idle-share")
+              if ctx.team is None else figure_html(figures.empty_figure(
+                  "Idle share of cost", "Idle GPU cost belongs to no team"), "idle-share")),
+        _card(figure_html(figures.unit_cost_figure(ledger, usage, sessions), "unit-cost"),
+              wide=True),
+    ]
+    intro = ("Effective (amortised) cost from the month's current allocation run; unit costs "
+             "divide a team's request and shared cost by its session-seconds and tokens.")
+    return render(ctx, "cost", cards, intro=intro)
+
+
+def speculation_page(ctx: PageContext, *, usage: pd.DataFrame) -> str:
+    """Acceptance rate per deployment and team, and mean acceptance length."""
+    cards = [
+        _card(figure_html(figures.acceptance_rate_figure(usage, by="deployment"),
+                          "acceptance-deployment")),
+        _card(figure_html(figures.acceptance_rate_figure(usage, by="team"), "acceptance-team")),
+        _card(figure_html(figures.acceptance_length_figure(usage), "acceptance-length"),
+              wide=True),
+    ]
+    intro = ("Acceptance rate = accepted / drafted tokens. Below 50% the drafter costs more "
+             "verification work than it saves: lower k or change the drafter.")
+    return render(ctx, "speculation", cards, intro=intro)
+
+
+def breakeven_page(ctx: PageContext, *, points: pd.DataFrame, curve: pd.DataFrame,
+                   summary: pd.DataFrame, schedule: pd.DataFrame,
+                   sweep: dict[str, Any] | None, fit: dict[str, Any] | None,
+                   message: str | None) -> str:
+    """The breakeven curve of a sweep and the vLLM schedule it implies."""
+    fig = figures.breakeven_figure(points, curve, summary, schedule)
+    cards = [_card(figure_html(fig, "breakeven"), wide=True)]
+    details = []
+    if sweep is not None:
+        details.append(f"Sweep <b>{html.escape(str(sweep['name']))}</b> (id {sweep['id']}"
+                       f"{', deployment ' + html.escape(str(sweep['deployment'])) if sweep.get('deployment') else ''}).")
+    if message:
+        details.append(html.escape(message))
+    if fit is not None:
+        at, ci = fit.get("breakeven_concurrency"), fit.get("breakeven_ci")
+        if at is None:
+            details.append("No breakeven in the measured range.")
+        else:
+            interval = (f" (95% interval {_num(ci[0])}–{_num(ci[1])})" if ci else "")
+            details.append(f"Breakeven at {_num(at)} concurrent requests{interval} for "
+                           f"{html.escape(str(fit.get('config')))}.")
+        schedule_json = json.dumps({"num_speculative_tokens_per_batch_size":
+                                    fit.get("schedule") or []})
+        details.append("vLLM speculative config for the fitted schedule "
+                       f"(<code>specledger breakeven apply</code> writes it):"
+                       f"<pre>{html.escape(schedule_json)}</pre>")
+    if details:
+        cards.append(_card("<div class=note>" + "<br>".join(details) + "</div>", wide=True))
+    return render(ctx, "breakeven", cards, intro="Measured speedup of each speculative config "
+                  "over plain decoding, the fitted step-time model, the breakeven concurrency "
+                  "with its bootstrap interval, and the best k per concurrency band (shaded).")
+
+
+def _num(value: object) -> str:
+    if value is None:
+        return "unbounded"
+    return f"{float(value):.2f}"  # type: ignore[arg-type]
+
+
+def tiers_page(ctx: PageContext, *, modelled: pd.DataFrame, quoted: pd.DataFrame,
+               measured: pd.DataFrame, catalog_found: bool) -> str:
+    """Cost per 1K session-seconds against concurrency for the tiers."""
+    cards = [_card(figure_html(figures.tiers_figure(modelled, quoted, measured), "tiers"),
+                   wide=True)]
+    notes = ["Lines: the catalog's on-demand price of the tier's instances spread over the "
+             "concurrent sessions (every active session accrues one session-second per second). "
+             "Dots: what the ledger measured for deployments registered with that tier."]
+    if not catalog_found:
+        notes.append("No tier catalog found (app/data/tiers.json).")
+    elif quoted.empty:
+        notes.append("The catalog carries no quoted figures to compare with.")
+    cards.append(_card("<div class=note>" + "<br>".join(notes) + "</div>", wide=True))
+    return render(ctx, "tiers", cards)

@@ -1,0 +1,110 @@
+"""The served pages: access by API key, team scope, parameters (no browser; see test_browser)."""
+
+from collections.abc import Iterator
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import Engine
+
+from dashboards.pages import PAGES
+from dashboards.router import KEY_COOKIE
+from tests.dashboards.conftest import Keys, dashboards_app
+from tests.dashboards.seed import TEAMS, Seeded
+
+
+@pytest.fixture
+def client(engine: Engine) -> Iterator[TestClient]:
+    with TestClient(dashboards_app(engine), raise_server_exceptions=False) as test_client:
+        yield test_client
+
+
+def _bearer(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
+
+
+@pytest.mark.parametrize("page", list(PAGES))
+def test_every_page_needs_a_valid_key(client: TestClient, keys: Keys, page: str) -> None:
+    missing = client.get(f"/dashboards/{page}")
+    assert missing.status_code == 401
+    assert missing.json()["error"]["code"] == "unauthorized"
+    wrong = client.get(f"/dashboards/{page}", headers=_bearer("slk_" + "x" * 43))
+    assert wrong.status_code == 401
+    assert client.get(f"/dashboards/{page}", headers={"X-API-Key": keys.admin}).status_code == 200
+
+
+def test_the_plotly_asset_needs_a_key_and_comes_from_the_package(client: TestClient,
+                                                                 keys: Keys) -> None:
+    assert client.get("/dashboards/assets/plotly.min.js").status_code == 401
+    asset = client.get("/dashboards/assets/plotly.min.js", headers=_bearer(keys.search))
+    assert asset.status_code == 200
+    assert asset.headers["content-type"].startswith("application/javascript")
+    assert len(asset.content) > 1_000_000
+
+
+def test_admin_pages_show_every_team(client: TestClient, keys: Keys, seeded: Seeded) -> None:
+    body = client.get("/dashboards/cost", headers=_bearer(keys.admin)).text
+    assert all(team in body for team in TEAMS)
+    assert "all teams · 2026-10" in body
+    assert 'name="team"' in body  # an admin may pick a team
+    assert "cdn" not in body.lower()
+    assert '<script src="/dashboards/assets/plotly.min.js?v=' in body
+
+
+@pytest.mark.parametrize("page", list(PAGES))
+def test_a_team_key_sees_only_its_team(client: TestClient, keys: Keys, seeded: Seeded,
+                                       page: str) -> None:
+    response = client.get(f"/dashboards/{page}", headers=_bearer(keys.search))
+    assert response.status_code == 200
+    body = response.text
+    for other in set(TEAMS) - {"search"}:
+        assert other not in body
+    assert "team search" in body
+    assert 'name="team"' not in body
+    # asking for another team's view is refused, asking for its own is fine
+    refused = client.get(f"/dashboards/{page}?team=ads-platform", headers=_bearer(keys.search))
+    assert refused.status_code == 403
+    own = client.get(f"/dashboards/{page}?team=search", headers=_bearer(keys.search))
+    assert own.status_code == 200
+    assert 'name="team"' not in own.text  # only an admin key gets the team picker
+
+
+def test_an_admin_can_look_at_one_team(client: TestClient, keys: Keys, seeded: Seeded) -> None:
+    body = client.get("/dashboards/speculation?team=ads-platform",
+                      headers=_bearer(keys.admin)).text
+    assert "ads-platform" in body
+    assert "research-lab" not in body
+    assert 'name="team" size="12" placeholder="all" value="ads-platform"' in body
+    assert 'href="/dashboards/cost?team=ads-platform"' in body  # navigation keeps the scope
+
+
+def test_a_browser_key_in_the_query_becomes_a_cookie(client: TestClient, keys: Keys,
+                                                     seeded: Seeded) -> None:
+    first = client.get(f"/dashboards/tiers?key={keys.ads}")
+    assert first.status_code == 200
+    cookie = first.headers["set-cookie"]
+    assert cookie.startswith(f"{KEY_COOKIE}=")
+    assert "HttpOnly" in cookie
+    assert "Path=/dashboards" in cookie
+    client.cookies.set(KEY_COOKIE, keys.ads)
+    later = client.get("/dashboards/cost")
+    assert later.status_code == 200
+    assert "team ads-platform" in later.text
+    assert "search" not in later.text
+
+
+def test_month_and_index(client: TestClient, keys: Keys, seeded: Seeded) -> None:
+    headers = _bearer(keys.admin)
+    bad = client.get("/dashboards/cost?month=2026-13", headers=headers)
+    assert bad.status_code == 422
+    assert client.get("/dashboards/cost?month=October", headers=headers).status_code == 422
+    empty = client.get("/dashboards/cost?month=2026-09", headers=headers)
+    assert empty.status_code == 200
+    assert "No data yet" in empty.text
+    index = client.get("/dashboards?month=2026-10", headers=headers, follow_redirects=False)
+    assert index.status_code == 303
+    assert index.headers["location"] == "/dashboards/cost?month=2026-10"
+
+
+def test_an_unknown_sweep_shows_no_data(client: TestClient, keys: Keys, seeded: Seeded) -> None:
+    body = client.get("/dashboards/breakeven?sweep=999", headers=_bearer(keys.admin)).text
+    assert "No data yet" in body

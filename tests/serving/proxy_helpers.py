@@ -1,0 +1,71 @@
+"""Run the proxy app on a real port (uvicorn in a thread) and check what it recorded."""
+
+import itertools
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import timedelta
+from typing import Any
+
+import uvicorn
+from fastapi import FastAPI
+from sqlalchemy import Engine, func, select
+
+from app.models import ReplicaIdle, UsageRecord
+
+ONE_US = timedelta(microseconds=1)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@contextmanager
+def serve(app: FastAPI) -> Iterator[str]:
+    """Serve ``app`` (lifespan included) until the block ends; yields its base URL."""
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port,
+                                           log_level="warning", lifespan="on"))
+    thread = threading.Thread(target=server.run, name="proxy", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise RuntimeError("the proxy did not start")
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(60)
+        assert not thread.is_alive(), "the proxy did not shut down"
+
+
+def usage_rows(engine: Engine) -> list[dict[str, Any]]:
+    """Every usage record, oldest first, as dicts."""
+    with engine.connect() as conn:
+        query = select(UsageRecord.__table__).order_by(UsageRecord.arrived_at)
+        return [dict(row) for row in conn.execute(query).mappings()]
+
+
+def assert_gpu_time_conserved(engine: Engine, *, replica: str, gpus: int) -> int:
+    """Σ request GPU-ns + Σ idle GPU-ns == gpus x metered wall time, exactly, and the idle
+    windows tile the wall time without gaps. Returns the wall time in ns."""
+    with engine.connect() as conn:
+        requests = conn.execute(select(func.coalesce(func.sum(UsageRecord.gpu_ns), 0))
+                                .where(UsageRecord.replica == replica)).scalar_one()
+        windows = conn.execute(select(ReplicaIdle.start_at, ReplicaIdle.end_at,
+                                      ReplicaIdle.gpu_ns)
+                               .where(ReplicaIdle.replica == replica)
+                               .order_by(ReplicaIdle.start_at)).all()
+    assert windows, "no idle record: the meter was not closed"
+    for before, after in itertools.pairwise(windows):
+        assert before.end_at == after.start_at
+    wall_ns = sum((w.end_at - w.start_at) // ONE_US for w in windows) * 1000
+    assert int(requests) + sum(w.gpu_ns for w in windows) == gpus * wall_ns
+    return wall_ns

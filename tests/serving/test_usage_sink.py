@@ -1,0 +1,145 @@
+"""The usage sink: idempotent batched inserts, retries while the database is down, spill."""
+
+import json
+from contextlib import contextmanager
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from sqlalchemy import func, select
+from sqlalchemy.exc import DataError, OperationalError
+from sqlalchemy.orm import Session
+
+from app.models import ReplicaIdle, UsageRecord
+from ingest.usage import load_usage
+from serving import usage_sink
+from serving.metering import ReplicaIdleEvent, UsageEvent
+from serving.usage_sink import UsageSink, insert_usage
+
+T0 = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
+
+
+def make_event(n: int, **overrides) -> UsageEvent:
+    fields = {
+        "event_id": f"event-{n}", "session_id": f"s{n % 3}", "team": "search", "cost_center": "cc-1",
+        "tags": {"env": "prod"}, "deployment": "smol", "replica": "r0", "model": "SmolLM2-135M-Instruct",
+        "endpoint": "completions", "streamed": n % 2 == 0, "spec_method": "ngram", "spec_k": 4,
+        "arrived_at": T0 + timedelta(seconds=n), "first_token_at": T0 + timedelta(seconds=n, microseconds=5),
+        "finished_at": T0 + timedelta(seconds=n + 1), "prompt_tokens": 10, "completion_tokens": n,
+        "num_drafts": 1, "draft_tokens": 4, "accepted_tokens": 3, "gpu_ns": 1_000_000_000 + n,
+        "concurrency": 2, "status": "ok", "http_status": 200}
+    fields.update(overrides)
+    return UsageEvent(**fields)
+
+
+def count(engine, table=UsageRecord) -> int:
+    with engine.connect() as conn:
+        return conn.execute(select(func.count()).select_from(table)).scalar_one()
+
+
+def test_insert_usage_is_idempotent_on_event_id(engine):
+    events = [make_event(n) for n in range(5)]
+    with engine.begin() as conn:
+        assert insert_usage(conn, [*events, events[0]]) == 5
+    with engine.begin() as conn:
+        assert insert_usage(conn, [*events[3:], make_event(9)]) == 1
+    assert count(engine) == 6
+    with Session(engine) as session:
+        stored = session.scalars(select(UsageRecord).where(UsageRecord.event_id == "event-1")
+                                 ).one()
+    assert stored.tags == {"env": "prod"}
+    assert stored.first_token_at == T0 + timedelta(seconds=1, microseconds=5)
+    assert stored.gpu_ns == 1_000_000_001
+
+
+def test_sink_writes_batches_and_jsonl(engine, tmp_path: Path):
+    log = tmp_path / "logs" / "usage.jsonl"
+    sink = UsageSink(engine=engine, jsonl_path=log, batch_size=7, flush_interval_s=0.01)
+    sink.start()
+    for n in range(20):
+        sink.submit(make_event(n))
+    sink.submit(make_event(3))  # a retry of the same request
+    sink.submit(ReplicaIdleEvent(deployment="smol", replica="r0", start_at=T0,
+                                 end_at=T0 + timedelta(minutes=1), gpu_ns=42))
+    assert sink.flush(10)
+    stats = sink.close()
+    assert (stats.inserted, stats.duplicates, stats.idle_rows, stats.jsonl_lines) == (
+        20, 1, 1, 22)
+    assert count(engine) == 20
+    assert count(engine, ReplicaIdle) == 1
+    lines = log.read_text().splitlines()
+    assert json.loads(lines[-1]) == {"record": "replica_idle", "deployment": "smol",
+                                     "replica": "r0", "start_at": "2026-12-01T09:00:00.000000Z",
+                                     "end_at": "2026-12-01T09:01:00.000000Z", "gpu_ns": 42}
+    with pytest.raises(RuntimeError, match="closed"):
+        sink.submit(make_event(99))
+
+
+class FlakyEngine:
+    """An engine whose first ``failures`` transactions fail as if the database were down."""
+
+    def __init__(self, engine, failures: int | None) -> None:
+        self.engine, self.failures, self.attempts = engine, failures, 0
+
+    @contextmanager
+    def begin(self):
+        self.attempts += 1
+        if self.failures is None or self.attempts <= self.failures:
+            raise OperationalError("INSERT", {}, ConnectionRefusedError("database is down"))
+        with self.engine.begin() as conn:
+            yield conn
+
+
+def test_sink_retries_while_the_database_is_down(engine):
+    flaky = FlakyEngine(engine, failures=3)
+    sink = UsageSink(engine=flaky, flush_interval_s=0.01, retry_max_s=0.05)
+    sink.start()
+    for n in range(4):
+        sink.submit(make_event(n))
+    assert sink.flush(10)
+    stats = sink.close()
+    assert stats.db_failures == 3
+    assert stats.inserted == 4
+    assert stats.spilled == 0
+    assert count(engine) == 4
+
+
+def test_records_the_database_never_took_are_spilled_and_loadable(engine, tmp_path: Path):
+    spill = tmp_path / "spill.jsonl"
+    sink = UsageSink(engine=FlakyEngine(engine, failures=None), spill_path=spill,
+                     flush_interval_s=0.01, retry_max_s=0.02)
+    sink.start()
+    for n in range(3):
+        sink.submit(make_event(n))
+    stats = sink.close(timeout_s=0.3)
+    assert stats.spilled == 3
+    assert stats.inserted == 0
+    assert count(engine) == 0
+    report = load_usage(engine, [spill])
+    assert report.usage_inserted == 3
+
+
+def test_a_refused_record_does_not_block_its_batch(engine, tmp_path: Path, monkeypatch):
+    real_insert = usage_sink.insert_usage
+
+    def picky_insert(conn, events):
+        if any(event.event_id == "poison" for event in events):
+            raise DataError("INSERT", {}, ValueError("value out of range"))
+        return real_insert(conn, events)
+
+    monkeypatch.setattr(usage_sink, "insert_usage", picky_insert)
+    spill = tmp_path / "spill.jsonl"
+    sink = UsageSink(engine=engine, spill_path=spill, flush_interval_s=0.5)
+    sink.start()
+    for event in (make_event(1), replace(make_event(2), event_id="poison"), make_event(3)):
+        sink.submit(event)
+    stats = sink.close()
+    assert (stats.inserted, stats.spilled) == (2, 1)
+    assert [json.loads(line)["event_id"] for line in spill.read_text().splitlines()] == [
+        "poison"]
+
+
+def test_sink_needs_somewhere_to_write():
+    with pytest.raises(ValueError, match="database, a JSONL file"):
+        UsageSink(engine=None)

@@ -1,0 +1,41 @@
+"""`specledger keys`: keys are shown once, stored hashed, listed by prefix, revocable."""
+
+import json
+
+from sqlalchemy import Engine, select
+from typer.testing import CliRunner
+
+from app.cli import app
+from app.models import ApiKey
+
+runner = CliRunner()
+
+
+def test_keys_create_list_revoke(cli_env: str, engine: Engine) -> None:
+    created = runner.invoke(app, ["keys", "create", "--team", "search", "--json"])
+    assert created.exit_code == 0, created.output
+    key = json.loads(created.stdout)
+    assert key["team"] == "search"
+    assert key["key"].startswith("slk_")
+    assert key["key"].startswith(key["prefix"])
+    admin = runner.invoke(app, ["keys", "create", "--admin"])
+    assert admin.exit_code == 0, admin.output
+    assert "not shown again" in admin.stdout
+    with engine.connect() as conn:
+        stored = conn.execute(select(ApiKey.key_hash, ApiKey.prefix)).all()
+    assert all(key["key"] not in (h, p) for h, p in stored)  # only the hash and prefix
+    listed = json.loads(runner.invoke(app, ["keys", "list", "--json"]).stdout)
+    assert [(k["team"], k["admin"]) for k in listed] == [("search", False), (None, True)]
+    revoked = runner.invoke(app, ["keys", "revoke", key["prefix"]])
+    assert revoked.exit_code == 0, revoked.output
+    assert len(json.loads(runner.invoke(app, ["keys", "list", "--json"]).stdout)) == 1
+    assert len(json.loads(runner.invoke(app, ["keys", "list", "--all", "--json"]).stdout)) == 2
+
+
+def test_keys_need_exactly_one_scope(cli_env: str) -> None:
+    for args in ([], ["--admin", "--team", "x"]):
+        result = runner.invoke(app, ["keys", "create", *args])
+        assert result.exit_code == 2
+        assert "exactly one" in result.stderr
+    missing = runner.invoke(app, ["keys", "revoke", "slk_nothing"])
+    assert missing.exit_code == 2
