@@ -1,0 +1,527 @@
+"""What a request through the proxy used, read from vLLM's responses: pure, no I/O.
+
+vLLM (run with ``--enable-per-request-metrics --per-request-spec-decode-metrics summary``)
+reports per request, in a non-streamed body or in the usage-only last chunk of a stream::
+
+    "usage": {"prompt_tokens": 39, "completion_tokens": 16, "total_tokens": 55,
+              "prompt_tokens_details": {"cached_tokens": 16} | null, ...},
+    "metrics": {"time_to_first_token_ms": 5298.7, "generation_time_ms": 754.8,
+                "queue_time_ms": 0.05, "mean_itl_ms": 50.3, "tokens_per_second": 2.6,
+                "speculative_decoding": {"num_spec_steps": 3, "num_draft_tokens": 12,
+                                         "num_accepted_draft_tokens": 12, "num_spec_tokens": 4,
+                                         "mean_acceptance_length": 5.0,
+                                         "draft_acceptance_rate": 1.0,
+                                         "acceptance_histogram": [0, 0, 0, 0, 3]}}
+
+``metrics`` is null for requests with several sequences (``n > 1`` or a list of prompts) and
+``speculative_decoding`` is absent without speculation. With
+``stream_options.continuous_usage_stats`` every chunk also carries the cumulative ``usage``,
+which the proxy asks for so that it knows the tokens each chunk carries (for the GPU-time
+meter) and the tokens produced before a client hung up.
+
+This module turns those bodies and server-sent events into :class:`StreamTally` counts and
+attribution headers into :class:`Attribution`; the proxy builds a
+:class:`~serving.usage_event.UsageEvent` (the usage record of DESIGN.md, re-exported here)
+from them.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from serving.usage_event import (
+    MODEL_MAX,
+    SESSION_ID_MAX,
+    ReplicaIdleEvent,
+    UsageEvent,
+    UsageStatus,
+    record_from_json,
+)
+
+__all__ = [
+    "DONE",
+    "MODEL_MAX",
+    "SESSION_ID_MAX",
+    "Attribution",
+    "Endpoint",
+    "ParsedEvent",
+    "ReplicaIdleEvent",
+    "RequestMetrics",
+    "SpecDecodeStats",
+    "SseSplitter",
+    "StreamTally",
+    "TokenUsage",
+    "UsageEvent",
+    "UsageStatus",
+    "make_attribution",
+    "parse_event",
+    "parse_response",
+    "parse_spec_decode_counters",
+    "parse_tags",
+    "record_from_json",
+]
+
+DONE = b"[DONE]"
+"""The data of the event that ends an OpenAI stream."""
+
+_EVENT_END = re.compile(rb"\r\n\r\n|\n\n|\r\r")
+
+
+class Endpoint(StrEnum):
+    """The OpenAI endpoints the proxy meters."""
+
+    completions = "completions"
+    chat_completions = "chat.completions"
+
+
+@dataclass(frozen=True, slots=True)
+class TokenUsage:
+    """OpenAI ``usage``: tokens of the prompt (of which ``cached_tokens`` came from the prefix
+    cache) and of the completion."""
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class SpecDecodeStats:
+    """Speculative-decoding counts of one request, or deltas of a server's counters.
+
+    ``num_drafts`` is vLLM's ``num_spec_steps`` (verification steps that had draft tokens);
+    ``draft_tokens`` were proposed and ``accepted_tokens`` of them kept.
+    """
+
+    num_drafts: int = 0
+    draft_tokens: int = 0
+    accepted_tokens: int = 0
+
+    @property
+    def rejected_tokens(self) -> int:
+        """Draft tokens computed by the target and thrown away."""
+        return max(self.draft_tokens - self.accepted_tokens, 0)
+
+    @property
+    def acceptance_rate(self) -> float | None:
+        """Accepted / drafted tokens; None when nothing was drafted."""
+        return self.accepted_tokens / self.draft_tokens if self.draft_tokens else None
+
+    def __add__(self, other: SpecDecodeStats) -> SpecDecodeStats:
+        return SpecDecodeStats(
+            num_drafts=self.num_drafts + other.num_drafts,
+            draft_tokens=self.draft_tokens + other.draft_tokens,
+            accepted_tokens=self.accepted_tokens + other.accepted_tokens,
+        )
+
+    def __sub__(self, other: SpecDecodeStats) -> SpecDecodeStats:
+        return SpecDecodeStats(
+            num_drafts=self.num_drafts - other.num_drafts,
+            draft_tokens=self.draft_tokens - other.draft_tokens,
+            accepted_tokens=self.accepted_tokens - other.accepted_tokens,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class RequestMetrics:
+    """vLLM's per-request ``metrics`` object (milliseconds, measured inside the engine)."""
+
+    time_to_first_token_ms: float | None = None
+    generation_time_ms: float | None = None
+    queue_time_ms: float | None = None
+    mean_itl_ms: float | None = None
+    spec: SpecDecodeStats | None = None
+    """None when the server runs without speculation."""
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedResponse:
+    """Usage and metrics of a complete (non-streamed) response."""
+
+    usage: TokenUsage | None
+    metrics: RequestMetrics | None
+    error: str | None = None
+    """The message of an OpenAI ``{"error": ...}`` body."""
+
+
+def parse_response(body: Any) -> ParsedResponse:
+    """Read ``usage``, ``metrics`` and ``error`` from a decoded response body.
+
+    Args:
+        body: The decoded JSON (anything: a non-object gives empty results).
+
+    Returns:
+        What the body reports; missing or malformed parts are None.
+    """
+    if not isinstance(body, Mapping):
+        return ParsedResponse(usage=None, metrics=None)
+    return ParsedResponse(
+        usage=_usage(body.get("usage")),
+        metrics=_metrics(body.get("metrics")),
+        error=_error_message(body.get("error")),
+    )
+
+
+def _int(value: Any) -> int:
+    """A non-negative count, or 0 for anything else (bool is not a count)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return 0
+    return max(int(value), 0)
+
+
+def _float(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)
+
+
+def _usage(value: Any) -> TokenUsage | None:
+    if not isinstance(value, Mapping):
+        return None
+    details = value.get("prompt_tokens_details")
+    cached = _int(details.get("cached_tokens")) if isinstance(details, Mapping) else 0
+    return TokenUsage(
+        prompt_tokens=_int(value.get("prompt_tokens")),
+        completion_tokens=_int(value.get("completion_tokens")),
+        cached_tokens=cached,
+    )
+
+
+def _metrics(value: Any) -> RequestMetrics | None:
+    if not isinstance(value, Mapping):
+        return None
+    spec = value.get("speculative_decoding")
+    return RequestMetrics(
+        time_to_first_token_ms=_float(value.get("time_to_first_token_ms")),
+        generation_time_ms=_float(value.get("generation_time_ms")),
+        queue_time_ms=_float(value.get("queue_time_ms")),
+        mean_itl_ms=_float(value.get("mean_itl_ms")),
+        spec=SpecDecodeStats(
+            num_drafts=_int(spec.get("num_spec_steps")),
+            draft_tokens=_int(spec.get("num_draft_tokens")),
+            accepted_tokens=_int(spec.get("num_accepted_draft_tokens")),
+        )
+        if isinstance(spec, Mapping)
+        else None,
+    )
+
+
+def _error_message(value: Any) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, Mapping):
+        return str(value.get("message") or value.get("type") or json.dumps(value))
+    return str(value)
+
+
+# --- server-sent events ---------------------------------------------------------------------
+
+
+class SseSplitter:
+    """Cut a byte stream into complete server-sent events (each with its blank-line end)."""
+
+    def __init__(self) -> None:
+        self._buffer = b""
+
+    def feed(self, data: bytes) -> list[bytes]:
+        """Add bytes; return the events completed by them, in order."""
+        self._buffer += data
+        events: list[bytes] = []
+        start = 0
+        for match in _EVENT_END.finditer(self._buffer):
+            events.append(self._buffer[start : match.end()])
+            start = match.end()
+        self._buffer = self._buffer[start:]
+        return events
+
+    @property
+    def pending(self) -> bytes:
+        """Bytes of an incomplete event (what is left if the stream stops here)."""
+        return self._buffer
+
+
+def event_data(event: bytes) -> bytes | None:
+    """The ``data:`` field of one event (several data lines joined by a newline), or None."""
+    lines = [
+        line[5:].removeprefix(b" ")
+        for line in event.splitlines()
+        if line.startswith(b"data:")
+    ]
+    return b"\n".join(lines) if lines else None
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedEvent:
+    """One event of a vLLM stream."""
+
+    done: bool = False
+    """The ``[DONE]`` sentinel."""
+    payload: dict[str, Any] | None = None
+    """The decoded JSON object; None for [DONE], comments and undecodable data."""
+
+    @property
+    def usage_only(self) -> bool:
+        """The last chunk of an ``include_usage`` stream: usage and no choices."""
+        return (
+            self.payload is not None
+            and "usage" in self.payload
+            and not self.payload.get("choices")
+        )
+
+
+def parse_event(event: bytes) -> ParsedEvent:
+    """Decode one server-sent event of an OpenAI-compatible stream."""
+    data = event_data(event)
+    if data is None:
+        return ParsedEvent()
+    if data.strip() == DONE:
+        return ParsedEvent(done=True)
+    try:
+        payload = json.loads(data)
+    except ValueError:
+        return ParsedEvent()
+    return ParsedEvent(payload=payload if isinstance(payload, dict) else None)
+
+
+def without_usage(event: ParsedEvent) -> bytes:
+    """The event re-encoded with its ``usage`` member removed (vLLM's compact JSON form)."""
+    assert event.payload is not None
+    payload = {key: value for key, value in event.payload.items() if key != "usage"}
+    return b"data: " + json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode() + (
+        b"\n\n"
+    )
+
+
+def _choice_tokens(choice: Any) -> int:
+    """Tokens one streamed choice carries, when no cumulative usage says it exactly.
+
+    ``token_ids`` counts exactly; otherwise a chunk with text is taken as one token (vLLM
+    sends one chunk per engine step; a step that accepted drafts carries more, which the
+    final usage corrects).
+    """
+    if not isinstance(choice, Mapping):
+        return 0
+    token_ids = choice.get("token_ids")
+    if isinstance(token_ids, list):
+        return len(token_ids)
+    delta = choice.get("delta")
+    if isinstance(delta, Mapping):
+        has_output = any(delta.get(key) for key in ("content", "reasoning", "reasoning_content",
+                                                     "tool_calls", "function_call"))
+        return 1 if has_output else 0
+    return 1 if choice.get("text") else 0
+
+
+@dataclass(slots=True)
+class StreamTally:
+    """Running counts of one streamed response, fed event by event.
+
+    With cumulative usage on each chunk (``continuous_usage_stats``) the counts are exact;
+    without it completion tokens are counted from the chunks and the final usage chunk, when
+    it comes, sets them right.
+    """
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+    metered_tokens: int = 0
+    """Tokens already handed to the GPU-time meter."""
+    prompt_seen: bool = False
+    final_usage: TokenUsage | None = None
+    metrics: RequestMetrics | None = None
+    error: str | None = None
+    done: bool = False
+    events: int = 0
+
+    def observe(self, event: ParsedEvent) -> int:
+        """Count one event.
+
+        Returns:
+            Tokens the event shows were computed since the previous one: the prompt when it
+            is first reported (prefill) plus new completion tokens.
+        """
+        self.events += 1
+        if event.done:
+            self.done = True
+            return 0
+        payload = event.payload
+        if payload is None:
+            return 0
+        if "error" in payload and not payload.get("choices"):
+            self.error = _error_message(payload["error"])
+            return 0
+        usage = _usage(payload.get("usage"))
+        if event.usage_only:
+            self.final_usage = usage
+            self.metrics = _metrics(payload.get("metrics"))
+        if usage is not None:
+            self.prompt_tokens = usage.prompt_tokens
+            self.cached_tokens = max(self.cached_tokens, usage.cached_tokens)
+            self.completion_tokens = max(self.completion_tokens, usage.completion_tokens)
+        else:
+            choices = payload.get("choices")
+            if isinstance(choices, list):
+                self.completion_tokens += sum(_choice_tokens(choice) for choice in choices)
+        return self._unmetered()
+
+    def _unmetered(self) -> int:
+        # Prompt tokens count once the first token shows that prefill ran (vLLM's chat
+        # stream reports the prompt on its role chunk, sent with the first token).
+        if not self.prompt_seen and (self.prompt_tokens or self.completion_tokens):
+            self.prompt_seen = True
+        computed = self.completion_tokens + (self.prompt_tokens if self.prompt_seen else 0)
+        new = max(computed - self.metered_tokens, 0)
+        self.metered_tokens += new
+        return new
+
+    @property
+    def spec(self) -> SpecDecodeStats | None:
+        """The request's speculative-decoding counts (from the final usage chunk)."""
+        return self.metrics.spec if self.metrics else None
+
+    def final_tokens(self) -> int:
+        """Tokens not yet handed to the meter when the stream ends: any shortfall against
+        the final usage, plus the rejected draft tokens (known only at the end)."""
+        remaining = self._unmetered()
+        spec = self.spec
+        return remaining + (spec.rejected_tokens if spec else 0)
+
+    def usage(self) -> TokenUsage:
+        """Tokens of the request: the final usage when it came, else the running counts."""
+        if self.final_usage is not None:
+            return self.final_usage
+        return TokenUsage(
+            prompt_tokens=self.prompt_tokens,
+            completion_tokens=self.completion_tokens,
+            cached_tokens=self.cached_tokens,
+        )
+
+
+def response_tokens(parsed: ParsedResponse) -> int:
+    """Tokens a non-streamed request had computed, for the meter: prompt, completion and
+    rejected draft tokens."""
+    usage = parsed.usage or TokenUsage()
+    spec = parsed.metrics.spec if parsed.metrics else None
+    return usage.prompt_tokens + usage.completion_tokens + (spec.rejected_tokens if spec else 0)
+
+
+# --- attribution ----------------------------------------------------------------------------
+
+
+def parse_tags(header: str | None) -> dict[str, str]:
+    """Parse an ``X-Tags: k=v,k2=v2`` header.
+
+    Raises:
+        ValueError: On an item without ``=``, an empty key, or a key or value over
+            :data:`SESSION_ID_MAX` characters.
+    """
+    tags: dict[str, str] = {}
+    if not header:
+        return tags
+    for item in header.split(","):
+        if not item.strip():
+            continue
+        key, sep, value = item.partition("=")
+        key, value = key.strip(), value.strip()
+        if not sep or not key:
+            raise ValueError(f"X-Tags item {item.strip()!r} is not key=value")
+        if len(key) > SESSION_ID_MAX or len(value) > SESSION_ID_MAX:
+            raise ValueError(f"X-Tags item {key!r} is longer than {SESSION_ID_MAX} characters")
+        tags[key] = value
+    return tags
+
+
+@dataclass(frozen=True, slots=True)
+class Attribution:
+    """Who a request is for, from the proxy's request headers."""
+
+    session_id: str
+    team: str | None = None
+    cost_center: str | None = None
+    tags: Mapping[str, str] = field(default_factory=dict)
+    session_generated: bool = False
+    """The client sent no session id; the proxy made one up and returns it."""
+
+
+def make_attribution(
+    *,
+    session_id: str | None,
+    team: str | None,
+    cost_center: str | None,
+    tags_header: str | None,
+    new_session_id: str,
+) -> Attribution:
+    """Attribution from the ``X-Session-Id``, ``X-Team``, ``X-Cost-Center`` and ``X-Tags``
+    header values (None when absent).
+
+    Args:
+        session_id: The client's session id; blank or absent means ``new_session_id``.
+        team: Team to charge.
+        cost_center: Cost center to charge.
+        tags_header: ``k=v,k2=v2`` tags.
+        new_session_id: The id to use when the client sent none.
+
+    Raises:
+        ValueError: If a value is longer than :data:`SESSION_ID_MAX` or the tags are malformed.
+    """
+    for header, value in (("X-Session-Id", session_id), ("X-Team", team),
+                          ("X-Cost-Center", cost_center)):
+        if value is not None and len(value.strip()) > SESSION_ID_MAX:
+            raise ValueError(f"{header} is longer than {SESSION_ID_MAX} characters")
+    given = (session_id or "").strip()
+    return Attribution(
+        session_id=given or new_session_id,
+        team=(team or "").strip() or None,
+        cost_center=(cost_center or "").strip() or None,
+        tags=parse_tags(tags_header),
+        session_generated=not given,
+    )
+
+
+# --- Prometheus -----------------------------------------------------------------------------
+
+_SPEC_COUNTERS = {
+    "vllm:spec_decode_num_drafts_total": "num_drafts",
+    "vllm:spec_decode_num_draft_tokens_total": "num_draft_tokens",
+    "vllm:spec_decode_num_accepted_tokens_total": "num_accepted_tokens",
+}
+
+
+def _samples(text: str) -> Iterator[tuple[str, float]]:
+    """``(name, value)`` of each sample line of a Prometheus text page."""
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        if "{" in line:
+            name, _, rest = line.partition("{")
+            rest = rest.rpartition("}")[2]  # label values may hold spaces
+        else:
+            name, _, rest = line.partition(" ")
+        fields = rest.split()
+        if fields:
+            try:
+                yield name, float(fields[0])
+            except ValueError:
+                continue
+
+
+def parse_spec_decode_counters(text: str) -> dict[str, int]:
+    """Sum vLLM's spec-decode counters over all label sets of a Prometheus text page.
+
+    Returns:
+        ``num_drafts``, ``num_draft_tokens`` and ``num_accepted_tokens`` (0 when absent, as
+        on a server without speculation).
+    """
+    totals = dict.fromkeys(_SPEC_COUNTERS.values(), 0.0)
+    for name, value in _samples(text):
+        key = _SPEC_COUNTERS.get(name)
+        if key is not None:
+            totals[key] += value
+    return {key: round(value) for key, value in totals.items()}
+
+

@@ -1,0 +1,114 @@
+"""``specledger proxy``: run the metering proxy in front of vLLM replicas (uvicorn).
+
+Mounted on the main CLI with ``register(app)``.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from pydantic import ValidationError
+from rich.console import Console
+
+from serving.engine_config import DEFAULT_ENGINES_DIR, engine_config_path, load_engine_config
+from serving.proxy import ProxyConfig, ReplicaSpec, create_proxy_app
+
+_err = Console(stderr=True)
+
+_REPLICA_KEYS = {"gpus": "gpus", "deployment": "deployment", "name": "name",
+                 "spec": "spec_method", "k": "spec_k", "model": "model"}
+
+
+def parse_replica(text: str) -> ReplicaSpec:
+    """Parse ``URL[,gpus=N][,deployment=D][,name=R][,spec=METHOD][,k=K][,model=M]``.
+
+    Raises:
+        typer.BadParameter: On an unknown key or a bad value.
+    """
+    url, *items = (part.strip() for part in text.split(","))
+    if not url.startswith(("http://", "https://")):
+        raise typer.BadParameter(f"{text!r}: the first item must be the replica's http(s) URL")
+    fields: dict[str, str] = {"url": url}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or key not in _REPLICA_KEYS:
+            raise typer.BadParameter(
+                f"{item!r} in {text!r}: expected one of {', '.join(_REPLICA_KEYS)} as key=value")
+        fields[_REPLICA_KEYS[key]] = value
+    try:
+        return ReplicaSpec.model_validate(fields)
+    except ValidationError as exc:
+        raise typer.BadParameter(f"{text!r}: {exc}") from None
+
+
+def proxy(
+    replica: Annotated[list[str] | None, typer.Option(
+        "--replica", help="A vLLM server: URL[,gpus=N][,deployment=NAME][,name=REPLICA]"
+        "[,spec=METHOD][,k=K][,model=SERVED_NAME] (repeatable).")] = None,
+    engine: Annotated[list[str] | None, typer.Option(
+        "--engine", help="A deployment started with `engine start` (its saved config gives "
+        "URL, speculation and model; repeatable).")] = None,
+    engine_gpus: Annotated[int, typer.Option(
+        min=1, help="GPUs of each --engine replica.")] = 1,
+    port: Annotated[int, typer.Option(help="Port the proxy listens on.")] = 8080,
+    host: Annotated[str, typer.Option(help="Interface to listen on.")] = "127.0.0.1",
+    jsonl: Annotated[Path | None, typer.Option(
+        "--jsonl", help="Also append every usage record to this JSONL file.")] = None,
+    no_db: Annotated[bool, typer.Option(
+        "--no-db", help="Write usage only to --jsonl, not to the database.")] = False,
+    read_timeout: Annotated[float, typer.Option(
+        help="Seconds to wait for a response or between two chunks of a stream.")] = 600.0,
+    idle_window: Annotated[float, typer.Option(
+        help="Seconds after which an idle replica's metering window is closed and its idle "
+        "time written.")] = 300.0,
+    engines_dir: Annotated[Path, typer.Option(
+        help="Folder of engine configs (for --engine).")] = DEFAULT_ENGINES_DIR,
+    log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "info",
+) -> None:
+    """Serve an OpenAI-compatible API that forwards to vLLM and meters every request.
+
+    Usage records (tokens, drafted and accepted tokens, timings, GPU-seconds) go to the
+    database (SPECLEDGER_DATABASE_URL) and, with --jsonl, to a file that
+    `specledger ingest usage` loads. Attribution comes from the X-Session-Id, X-Team,
+    X-Cost-Center and X-Tags (k=v,...) request headers.
+    """
+    import uvicorn
+
+    from app.cli_support import open_engine, user_errors
+    from app.settings import get_settings
+
+    replicas = [parse_replica(text) for text in replica or []]
+    for name in engine or []:
+        try:
+            engine_config = load_engine_config(engine_config_path(name, engines_dir))
+        except (FileNotFoundError, ValidationError) as exc:
+            raise typer.BadParameter(f"engine {name!r}: {exc}") from None
+        replicas.append(ReplicaSpec.from_engine(engine_config, gpus=engine_gpus))
+    if not replicas:
+        raise typer.BadParameter("give at least one --replica or --engine")
+    if no_db and jsonl is None:
+        raise typer.BadParameter("--no-db needs --jsonl, or the usage would go nowhere")
+    settings = get_settings()
+    database_url = None if no_db else settings.database_url
+    if database_url is not None:
+        with user_errors(), open_engine(settings):
+            pass  # the schema is current (SQLite is migrated on first use)
+    config = ProxyConfig(
+        replicas=tuple(replicas), database_url=database_url, jsonl_path=jsonl,
+        spill_path=settings.data_dir / "usage-spill.jsonl", read_timeout_s=read_timeout,
+        idle_window_s=idle_window)
+    for spec in replicas:
+        _err.print(f"replica {spec.replica_name} ({spec.deployment}, {spec.spec_method}"
+                   f"{f' k={spec.spec_k}' if spec.spec_k else ''}, {spec.gpus} GPU) "
+                   f"at {spec.base_url}")
+    logging.basicConfig(level=log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
+    uvicorn.run(create_proxy_app(config), host=host, port=port, log_level=log_level,
+                timeout_graceful_shutdown=30)
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``proxy`` command to a Typer app."""
+    app.command("proxy")(proxy)

@@ -1,0 +1,77 @@
+"""Configuration of the metering proxy: the replicas behind it, storage and timeouts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import httpx
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt
+
+from serving.engine_config import EngineConfig, OtherSpeculation
+
+__all__ = ["ProxyConfig", "ReplicaSpec"]
+
+
+class ReplicaSpec(BaseModel):
+    """One vLLM server behind the proxy."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    url: str
+    """Root URL of the server, e.g. ``http://127.0.0.1:8100`` (a trailing ``/v1`` is dropped)."""
+    deployment: str = Field("default", max_length=128)
+    name: str | None = Field(None, max_length=128)
+    """Replica name in usage records; default: ``host:port`` of the URL."""
+    gpus: PositiveInt = 1
+    """GPUs of the replica: its capacity is ``gpus`` GPU-seconds per second."""
+    spec_method: str = Field("none", max_length=32)
+    spec_k: int | None = None
+    model: str | None = None
+    """Served model name; when set, only requests for it are routed here."""
+
+    @property
+    def base_url(self) -> str:
+        """The URL without a trailing slash or ``/v1``."""
+        return self.url.rstrip("/").removesuffix("/v1")
+
+    @property
+    def replica_name(self) -> str:
+        """The name usage records give the replica."""
+        return self.name or httpx.URL(self.base_url).netloc.decode()
+
+    @classmethod
+    def from_engine(cls, config: EngineConfig, *, gpus: int = 1, deployment: str | None = None
+                    ) -> ReplicaSpec:
+        """The replica started from a launcher config (its URL, speculation and model)."""
+        spec = config.speculation
+        if isinstance(spec, OtherSpeculation):
+            method, k = spec.vllm_method, spec.options.get("num_speculative_tokens")
+        else:
+            method, k = spec.method, getattr(spec, "k", None)
+        return cls(url=config.base_url, deployment=deployment or config.name, gpus=gpus,
+                   spec_method=method, spec_k=k if isinstance(k, int) else None,
+                   model=config.model_name)
+
+
+class ProxyConfig(BaseModel):
+    """Everything the proxy needs; the CLI builds it from options and settings."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    replicas: Annotated[tuple[ReplicaSpec, ...], Field(min_length=1)]
+    database_url: str | None = None
+    """Where usage records go; None writes only the JSONL log."""
+    jsonl_path: Path | None = None
+    spill_path: Path | None = None
+    """For records the database refused until shutdown, when there is no JSONL log."""
+    connect_timeout_s: float = 5.0
+    read_timeout_s: float = 600.0
+    """Longest wait for a response, or between two chunks of a stream."""
+    max_connections: PositiveInt = 1000
+    tick_interval_s: float = 1.0
+    """How often the meters are cut, so records settle while requests are quiet."""
+    idle_window_s: float = 300.0
+    """A metering window closes (idle time written) at the first idle tick after this."""
+    sink_batch_size: PositiveInt = 500
+    sink_flush_interval_s: float = 0.25

@@ -1,0 +1,213 @@
+"""The proxy's bookkeeping: replicas, their GPU-time meters, requests in flight, settlement.
+
+Everything here runs on the event loop; the meters are pure
+(:class:`~app.domain.gpu_seconds.ReplicaMeter`), and finished records leave through the
+thread-safe :class:`~serving.usage_sink.UsageSink`.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
+
+import httpx
+
+from app.domain.gpu_seconds import ReplicaMeter
+from serving.metering import (
+    MODEL_MAX,
+    Attribution,
+    Endpoint,
+    ReplicaIdleEvent,
+    SpecDecodeStats,
+    TokenUsage,
+    UsageEvent,
+    UsageStatus,
+)
+from serving.proxy_config import ProxyConfig, ReplicaSpec
+from serving.proxy_metrics import ProxyMetrics
+from serving.usage_sink import UsageSink
+
+__all__ = ["Clock", "InFlight", "ProxyState", "ReplicaState"]
+
+DOWN_FOR_NS = 2_000_000_000
+"""After a connection failure a replica gets no new request for this long (if another is up)."""
+
+
+@dataclass(slots=True)
+class Clock:
+    """One monotonic clock for every meter, shown as UTC by anchoring it at start-up."""
+
+    anchor_ns: int = field(default_factory=time.monotonic_ns)
+    anchor_at: datetime = field(default_factory=lambda: datetime.now(UTC))
+
+    def now_ns(self) -> int:
+        return time.monotonic_ns() - self.anchor_ns
+
+    def at(self, at_ns: int) -> datetime:
+        return self.anchor_at + timedelta(microseconds=at_ns // 1000)
+
+    def now_us_ns(self) -> int:
+        """Now, rounded up to a microsecond: window bounds are exact in the database."""
+        return -(-self.now_ns() // 1000) * 1000
+
+
+@dataclass(slots=True)
+class InFlight:
+    """A request in flight: what its usage record will say."""
+
+    event_id: str
+    replica: ReplicaState
+    attribution: Attribution
+    endpoint: Endpoint
+    model: str
+    streamed: bool
+    arrived_ns: int
+    concurrency: int
+    first_token_ns: int | None = None
+    done: bool = False
+
+
+@dataclass(slots=True)
+class ReplicaState:
+    spec: ReplicaSpec
+    meter: ReplicaMeter
+    in_flight: int = 0
+    down_until_ns: int = -1
+    live: dict[str, InFlight] = field(default_factory=dict)
+    """Requests started on the meter and not finished."""
+    pending: dict[str, UsageEvent] = field(default_factory=dict)
+    """Finished requests waiting for the meter to settle their GPU time."""
+
+    @property
+    def window_start_ns(self) -> int:
+        return self.meter.start_ns
+
+
+@dataclass(slots=True)
+class ProxyState:
+    """The live proxy: its replicas and meters, the usage sink and the metrics."""
+
+    config: ProxyConfig
+    client: httpx.AsyncClient
+    replicas: list[ReplicaState]
+    sink: UsageSink
+    metrics: ProxyMetrics
+    clock: Clock
+
+    # -- routing and metering ----------------------------------------------------------------
+
+    def pick(self, model: str | None) -> ReplicaState | None:
+        """The replica with the fewest requests in flight, preferring ones not marked down."""
+        candidates = [r for r in self.replicas if r.spec.model in (None, model)] or (
+            self.replicas if model is None else [])
+        if not candidates:
+            return None
+        now = self.clock.now_ns()
+        return min(candidates, key=lambda r: (r.down_until_ns > now, r.in_flight))
+
+    def begin(self, replica: ReplicaState, *, attribution: Attribution, endpoint: Endpoint,
+              model: str, streamed: bool, arrived_ns: int) -> InFlight:
+        """Start metering a request sent to ``replica`` (it arrived at ``arrived_ns``)."""
+        event_id = uuid.uuid4().hex
+        replica.meter.start(event_id, at_ns=arrived_ns)
+        replica.in_flight += 1
+        request = InFlight(event_id=event_id, replica=replica, attribution=attribution,
+                           endpoint=endpoint, model=model[:MODEL_MAX], streamed=streamed,
+                           arrived_ns=arrived_ns, concurrency=replica.meter.in_flight)
+        replica.live[event_id] = request
+        self.metrics.in_flight(replica.spec, replica.in_flight)
+        return request
+
+    def finish(self, request: InFlight, *, status: UsageStatus, usage: TokenUsage,
+               spec: SpecDecodeStats | None, meter_tokens: int, http_status: int | None,
+               error: str | None = None) -> None:
+        """Close a request on its meter and queue its record for settlement."""
+        if request.done:
+            return
+        request.done = True
+        replica = request.replica
+        finished_ns = self.clock.now_ns()
+        event = UsageEvent(
+            event_id=request.event_id,
+            session_id=request.attribution.session_id,
+            team=request.attribution.team,
+            cost_center=request.attribution.cost_center,
+            tags=dict(request.attribution.tags),
+            deployment=replica.spec.deployment,
+            replica=replica.spec.replica_name,
+            model=request.model,
+            endpoint=request.endpoint.value,
+            streamed=request.streamed,
+            spec_method=replica.spec.spec_method,
+            spec_k=replica.spec.spec_k,
+            arrived_at=self.clock.at(request.arrived_ns),
+            first_token_at=None if request.first_token_ns is None
+            else self.clock.at(min(request.first_token_ns, finished_ns)),
+            finished_at=self.clock.at(finished_ns),
+            prompt_tokens=usage.prompt_tokens,
+            cached_tokens=usage.cached_tokens,
+            completion_tokens=usage.completion_tokens,
+            num_drafts=spec.num_drafts if spec else 0,
+            draft_tokens=spec.draft_tokens if spec else 0,
+            accepted_tokens=spec.accepted_tokens if spec else 0,
+            concurrency=request.concurrency,
+            status=status,
+            http_status=http_status,
+            error=error,
+        )
+        del replica.live[request.event_id]
+        replica.in_flight -= 1
+        self.metrics.in_flight(replica.spec, replica.in_flight)
+        self.metrics.finished(event, duration_s=(finished_ns - request.arrived_ns) / 1e9)
+        replica.pending[event.event_id] = event
+        replica.meter.finish(request.event_id, at_ns=finished_ns, tokens=meter_tokens)
+        self.settle(replica)
+
+    def chunk(self, request: InFlight, *, tokens: int, at_ns: int) -> None:
+        """Meter a streamed chunk carrying ``tokens`` computed since the request's last one."""
+        if not request.done:
+            request.replica.meter.chunk(request.event_id, at_ns=at_ns, tokens=tokens)
+
+    def settle(self, replica: ReplicaState) -> None:
+        """Hand every record whose GPU time is final to the sink."""
+        for event_id, gpu_ns in replica.meter.pop_settled().items():
+            self._emit(replica, event_id, gpu_ns)
+
+    def _emit(self, replica: ReplicaState, event_id: str, gpu_ns: int) -> None:
+        event = replace(replica.pending.pop(event_id), gpu_ns=gpu_ns)
+        self.metrics.gpu_ns(replica.spec, "request", gpu_ns)
+        self.sink.submit(event)
+
+    def tick(self) -> None:
+        """Cut every meter at now; close the windows of replicas idle for long enough."""
+        for replica in self.replicas:
+            now_ns = self.clock.now_ns()
+            replica.meter.tick(at_ns=now_ns)
+            self.settle(replica)
+            window_s = (now_ns - replica.window_start_ns) / 1e9
+            if not replica.live and not replica.pending and window_s >= self.config.idle_window_s:
+                self.close_window(replica, reopen=True)
+
+    def close_window(self, replica: ReplicaState, *, reopen: bool) -> None:
+        """Close the replica's meter: records of anything still open, and its idle time."""
+        for request in list(replica.live.values()):  # only at shutdown
+            self.finish(request, status=UsageStatus.error, usage=TokenUsage(), spec=None,
+                        meter_tokens=0, http_status=None,
+                        error="the proxy shut down while the request was in flight")
+        end_ns = max(self.clock.now_us_ns(), replica.window_start_ns)
+        report = replica.meter.close(at_ns=end_ns)
+        for event_id, gpu_ns in report.request_gpu_ns.items():
+            self._emit(replica, event_id, gpu_ns)
+        idle = ReplicaIdleEvent(
+            deployment=replica.spec.deployment,
+            replica=replica.spec.replica_name,
+            start_at=self.clock.at(report.start_ns),
+            end_at=self.clock.at(report.end_ns),
+            gpu_ns=report.idle_gpu_ns,
+        )
+        self.metrics.gpu_ns(replica.spec, "idle", report.idle_gpu_ns)
+        self.sink.submit(idle)
+        if reopen:
+            replica.meter = ReplicaMeter(gpus=replica.spec.gpus, start_ns=report.end_ns)

@@ -1,0 +1,264 @@
+"""Load sweeps: for each speculation config, an engine and the metering proxy, then the levels.
+
+Configs run one at a time: each gets its own vLLM engine (``serving.launcher``) with the proxy
+in front (a ``specledger proxy`` child process writing usage to a JSONL file), is driven by
+:mod:`serving.loadgen` at every concurrency level, and is stopped before the next starts, so
+two engines never share the machine. A config may instead point at a running server or proxy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from serving import launcher
+from serving.engine_config import (
+    DraftModelSpeculation,
+    EngineConfig,
+    NgramSpeculation,
+    NoSpeculation,
+    OtherSpeculation,
+)
+from serving.loadgen import LevelStats, Prompt, run_level, summarize_level
+
+Progress = Callable[[str, int, int], None]
+
+_PROXY_BOOT = "import typer\nfrom serving.proxy_cli import proxy\ntyper.run(proxy)\n"
+_SERVER_MODULE_MARK = b"vllm.entrypoints.openai.api_server"
+
+
+class SweepError(RuntimeError):
+    """A sweep that cannot run or went wrong; the message says what to do."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SweepTarget:
+    """One speculation config to sweep: an engine to start, or a URL to drive."""
+
+    name: str
+    """Config name in the sweep CSV."""
+    method: str
+    """``none``, ``ngram``, ``draft_model`` or another vLLM method."""
+    k: int
+    schedule: str | None = None
+    """``num_speculative_tokens_per_batch_size`` JSON when the engine speculates dynamically."""
+    engine: EngineConfig | None = None
+    url: str | None = None
+    """A running proxy or vLLM server (then nothing is started)."""
+
+
+def target_for_engine(config: EngineConfig, name: str | None = None) -> SweepTarget:
+    """The sweep target of an engine config (method, k and schedule read from it)."""
+    spec = config.speculation
+    method = spec.vllm_method if isinstance(spec, OtherSpeculation) else spec.method
+    k = 0 if isinstance(spec, NoSpeculation) else int(getattr(spec, "k", 0) or 0)
+    if isinstance(spec, OtherSpeculation):
+        k = int(spec.options.get("num_speculative_tokens", 0) or 0)  # type: ignore[arg-type]
+    schedule = None
+    if config.batch_size_schedule is not None:
+        schedule = json.dumps([[b.start, b.end, b.k] for b in config.batch_size_schedule])
+    if name is None:
+        name = "none" if method == "none" else f"{method}-k{k}" + ("-dynamic" if schedule else "")
+    return SweepTarget(name=name, method=method, k=k, schedule=schedule, engine=config)
+
+
+def engine_for_method(method: str, *, base: EngineConfig, k: int,
+                      draft_model: Path | None) -> EngineConfig:
+    """``base`` with the speculation of ``none``, ``ngram`` or ``draft``.
+
+    Raises:
+        SweepError: On an unknown method or a missing draft model.
+    """
+    if method == "none":
+        speculation: NoSpeculation | NgramSpeculation | DraftModelSpeculation = NoSpeculation()
+    elif method == "ngram":
+        speculation = NgramSpeculation(k=k)
+    elif method in ("draft", "draft_model"):
+        if draft_model is None or not draft_model.exists():
+            raise SweepError(f"draft model {draft_model} not found; run "
+                             "`specledger models prepare --draft-layers 6` or pass --draft-model")
+        speculation = DraftModelSpeculation(draft_model=str(draft_model.resolve()), k=k)
+    else:
+        raise SweepError(f"unknown --spec {method!r}; use none, ngram or draft (or "
+                         "--engine-config for other methods)")
+    return EngineConfig.model_validate({**base.model_dump(), "speculation":
+                                        speculation.model_dump(), "batch_size_schedule": None})
+
+
+def free_port() -> int:
+    """A TCP port free on localhost right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def running_vllm_servers() -> list[int]:
+    """Pids of vLLM OpenAI servers running on this machine (Linux /proc; empty elsewhere)."""
+    pids = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if _SERVER_MODULE_MARK in cmdline.read_bytes():
+                pids.append(int(cmdline.parent.name))
+        except (OSError, ValueError):
+            continue
+    return sorted(pids)
+
+
+def _wait_http(url: str, *, timeout_s: float, process: subprocess.Popen[bytes], what: str,
+               log: Path) -> None:
+    deadline = time.monotonic() + timeout_s
+    with httpx.Client(timeout=2.0) as client:
+        while True:
+            if process.poll() is not None:
+                raise SweepError(f"{what} exited with status {process.returncode}; see {log}")
+            try:
+                if client.get(url).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                raise SweepError(f"{what} not healthy after {timeout_s:.0f} s; see {log}")
+            time.sleep(0.25)
+
+
+@contextmanager
+def metering_proxy(engine: EngineConfig, *, work_dir: Path, gpus: int) -> Iterator[str]:
+    """Run ``specledger proxy`` in front of ``engine`` until the block ends; yields its URL.
+
+    Usage records go to ``<work_dir>/<engine name>.usage.jsonl``, not to the database: they are
+    load-test traffic, not chargeable usage.
+    """
+    port = free_port()
+    spec = engine.speculation
+    k = getattr(spec, "k", None)
+    method = spec.vllm_method if isinstance(spec, OtherSpeculation) else spec.method
+    replica = (f"{engine.base_url},gpus={gpus},deployment={engine.name},spec={method},"
+               f"model={engine.model_name}" + (f",k={k}" if k else ""))
+    log_path = work_dir / f"{engine.name}.proxy.log"
+    argv = [sys.executable, "-c", _PROXY_BOOT, "--replica", replica, "--port", str(port),
+            "--no-db", "--jsonl", str(work_dir / f"{engine.name}.usage.jsonl"),
+            "--log-level", "warning"]
+    work_dir.mkdir(parents=True, exist_ok=True)
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log,
+                                   stderr=subprocess.STDOUT, env=dict(os.environ))
+    try:
+        url = f"http://127.0.0.1:{port}"
+        _wait_http(f"{url}/healthz", timeout_s=60, process=process, what="the proxy",
+                   log=log_path)
+        yield url
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=10)
+
+
+async def _served_model(client: httpx.AsyncClient, base_url: str) -> str:
+    response = await client.get(base_url.rstrip("/").removesuffix("/v1") + "/v1/models")
+    response.raise_for_status()
+    data = response.json().get("data") or []
+    if not data:
+        raise SweepError(f"{base_url} serves no model")
+    return str(data[0]["id"])
+
+
+async def _run_levels(base_url: str, *, target: SweepTarget, levels: Sequence[int],
+                      requests_per_level: int, warmup: int | None, prompts: Sequence[Prompt],
+                      gpus: int, progress: Progress | None) -> list[LevelStats]:
+    stats = []
+    for level in levels:
+        limits = httpx.Limits(max_connections=level + 4, max_keepalive_connections=level + 4)
+        timeout = httpx.Timeout(600.0, connect=10.0)
+        async with httpx.AsyncClient(timeout=timeout, limits=limits) as client:
+            model = await _served_model(client, base_url)
+
+            def report(done: int, level: int = level) -> None:
+                if progress is not None:
+                    progress(f"{target.name} @ {level}", done, requests_per_level)
+
+            report(0)
+            run = await run_level(client, base_url=base_url, model=model, prompts=prompts,
+                                  concurrency=level, measured=requests_per_level,
+                                  warmup=level if warmup is None else warmup,
+                                  label=target.name, on_measured=report)
+        stats.append(summarize_level(run, gpus=gpus))
+    return stats
+
+
+def sweep_target(
+    target: SweepTarget,
+    *,
+    levels: Sequence[int],
+    requests_per_level: int,
+    prompts: Sequence[Prompt],
+    work_dir: Path,
+    engines_dir: Path,
+    warmup: int | None = None,
+    repeats: int = 1,
+    gpus: int = 1,
+    start_timeout_s: float = 600.0,
+    progress: Progress | None = None,
+) -> list[LevelStats]:
+    """Measure one config at every level; start (and stop) its engine and proxy if needed.
+
+    Args:
+        target: The config.
+        levels: Concurrency levels, in the order to run them.
+        repeats: Run the whole list of levels this many times on the same engine (repeat-major
+            order, so slow drift spreads over every level).
+        requests_per_level: Measured requests per level.
+        prompts: The prompt set.
+        work_dir: Where engine and proxy logs and the usage JSONL go.
+        engines_dir: Folder of engine state files.
+        warmup: Warm-up requests per level; default one per session.
+        gpus: Accelerators of the replica (a CPU replica counts as 1).
+        start_timeout_s: How long the engine may take to become healthy.
+        progress: ``(description, done, total)`` callback.
+
+    Returns:
+        One result per level.
+
+    Raises:
+        SweepError: If another vLLM server runs, or the engine or proxy fail to start.
+        launcher.EngineError: From the launcher, with the tail of vLLM's log.
+    """
+    levels = [level for _ in range(repeats) for level in levels]
+    if target.url is not None:
+        return asyncio.run(_run_levels(target.url, target=target, levels=levels,
+                                       requests_per_level=requests_per_level, warmup=warmup,
+                                       prompts=prompts, gpus=gpus, progress=progress))
+    if target.engine is None:
+        raise SweepError(f"config {target.name!r} has neither an engine nor a URL")
+    others = running_vllm_servers()
+    if others:
+        raise SweepError(f"another vLLM server is running (pid {', '.join(map(str, others))}); "
+                         "two engines on one machine distort the measurement: stop it first, "
+                         "or pass --proxy URL to drive it")
+    engine = EngineConfig.model_validate({**target.engine.model_dump(), "port": free_port(),
+                                          "name": f"sweep-{target.name}"})
+    if progress is not None:
+        progress(f"{target.name}: starting vLLM", 0, 1)
+    handle = launcher.start(engine, work_dir / f"{engine.name}.engine.log",
+                            timeout_s=start_timeout_s, state_dir=engines_dir)
+    try:
+        with metering_proxy(engine, work_dir=work_dir, gpus=gpus) as url:
+            return asyncio.run(_run_levels(url, target=target, levels=levels,
+                                           requests_per_level=requests_per_level, warmup=warmup,
+                                           prompts=prompts, gpus=gpus, progress=progress))
+    finally:
+        launcher.stop(handle, state_dir=engines_dir)

@@ -1,0 +1,339 @@
+"""Where the proxy's usage records go: the database in batches, and optionally a JSONL file.
+
+Writes are idempotent on ``event_id`` (``INSERT ... ON CONFLICT DO NOTHING`` on PostgreSQL
+and SQLite), so a record written twice, by a retry or by ``specledger ingest usage`` on the
+JSONL log, is stored once. The proxy never waits on the database: it hands records to a
+:class:`UsageSink`, whose thread batches them. Nothing is lost when the database is down:
+the thread keeps the batch and retries with back-off; records still unwritten at shutdown are
+in the JSONL log, or in a spill file when there is none, both loadable with
+``specledger ingest usage``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import queue
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import IO, Any
+
+from sqlalchemy import Connection, Engine, and_, insert, or_, select
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
+
+from app.models import ReplicaIdle, UsageRecord
+from serving.metering import ReplicaIdleEvent, UsageEvent
+
+__all__ = ["SinkStats", "UsageSink", "insert_idle", "insert_usage", "write_jsonl"]
+
+log = logging.getLogger(__name__)
+
+Record = UsageEvent | ReplicaIdleEvent
+
+_ROWS_PER_STATEMENT = 500
+"""28 columns x 500 rows stays under SQLite's 32,766 bound parameters."""
+
+
+def insert_usage(conn: Connection, events: Sequence[UsageEvent]) -> int:
+    """Insert usage records, skipping event ids already stored (or repeated in ``events``).
+
+    Runs inside the caller's transaction.
+
+    Returns:
+        How many records were new.
+
+    Raises:
+        NotImplementedError: On a database other than PostgreSQL or SQLite.
+    """
+    dialect = conn.dialect.name
+    if dialect == "postgresql":
+        dialect_insert: Any = postgresql.insert
+    elif dialect == "sqlite":
+        dialect_insert = sqlite.insert
+    else:
+        raise NotImplementedError(f"usage records need PostgreSQL or SQLite, not {dialect}")
+    unique = list({event.event_id: event for event in reversed(events)}.values())[::-1]
+    inserted = 0
+    for start in range(0, len(unique), _ROWS_PER_STATEMENT):
+        rows = [event.to_row() for event in unique[start : start + _ROWS_PER_STATEMENT]]
+        statement = (
+            dialect_insert(UsageRecord)
+            .values(rows)
+            .on_conflict_do_nothing(index_elements=["event_id"])
+            .returning(UsageRecord.event_id)
+        )
+        inserted += len(conn.execute(statement).all())
+    return inserted
+
+
+def insert_idle(
+    conn: Connection, events: Sequence[ReplicaIdleEvent], *, skip_existing: bool = False
+) -> int:
+    """Insert idle-time records inside the caller's transaction.
+
+    Args:
+        conn: The connection.
+        events: The records.
+        skip_existing: Leave out records whose deployment, replica and window are already
+            stored (for reloading a JSONL log; ``replica_idle`` has no unique key).
+
+    Returns:
+        How many records were inserted.
+    """
+    rows = [event.to_row() for event in events]
+    if skip_existing and rows:
+        stored: set[tuple[Any, ...]] = set()
+        for start in range(0, len(rows), _ROWS_PER_STATEMENT):
+            chunk = rows[start : start + _ROWS_PER_STATEMENT]
+            match = or_(*(
+                and_(ReplicaIdle.deployment == row["deployment"],
+                     ReplicaIdle.replica == row["replica"],
+                     ReplicaIdle.start_at == row["start_at"],
+                     ReplicaIdle.end_at == row["end_at"])
+                for row in chunk
+            ))  # fmt: skip
+            query = select(ReplicaIdle.deployment, ReplicaIdle.replica, ReplicaIdle.start_at,
+                           ReplicaIdle.end_at).where(match)  # fmt: skip
+            stored.update(tuple(found) for found in conn.execute(query))
+        rows = [row for row in rows if _idle_key(row) not in stored]
+    if rows:
+        conn.execute(insert(ReplicaIdle), rows)
+    return len(rows)
+
+
+def _idle_key(row: dict[str, Any]) -> tuple[Any, ...]:
+    return row["deployment"], row["replica"], row["start_at"], row["end_at"]
+
+
+def write_jsonl(stream: IO[str], records: Iterable[Record]) -> None:
+    """Write records as JSON lines (no floats, ISO 8601 UTC instants)."""
+    for record in records:
+        stream.write(json.dumps(record.to_json(), ensure_ascii=False, separators=(",", ":")))
+        stream.write("\n")
+
+
+@dataclass(slots=True)
+class SinkStats:
+    """What a sink did so far."""
+
+    submitted: int = 0
+    inserted: int = 0
+    """Usage records new to the database."""
+    duplicates: int = 0
+    """Usage records whose event id was already stored."""
+    idle_rows: int = 0
+    jsonl_lines: int = 0
+    db_failures: int = 0
+    """Failed database writes (each retried, or spilled when it kept failing)."""
+    spilled: int = 0
+    """Records left unwritten in the database, kept in the JSONL log or the spill file."""
+    processed: int = 0
+    """Records done with: stored, skipped as duplicates, or left in a file."""
+
+
+class UsageSink:
+    """Batches usage records into the database and a JSONL log from a background thread."""
+
+    def __init__(
+        self,
+        *,
+        engine: Engine | None,
+        jsonl_path: Path | None = None,
+        spill_path: Path | None = None,
+        batch_size: int = 500,
+        flush_interval_s: float = 0.25,
+        retry_max_s: float = 5.0,
+    ) -> None:
+        """Prepare a sink; :meth:`start` starts its thread.
+
+        Args:
+            engine: Database to write; None writes only the JSONL log.
+            jsonl_path: JSONL log appended to (created with its folder).
+            spill_path: Where records the database refused until shutdown go when there is
+                no JSONL log. Default: ``usage-spill-<UTC time>.jsonl`` next to the working
+                directory.
+            batch_size: Most records per database transaction.
+            flush_interval_s: Longest wait for more records before writing a batch.
+            retry_max_s: Longest back-off between attempts while the database fails.
+        """
+        if engine is None and jsonl_path is None:
+            raise ValueError("a usage sink needs a database, a JSONL file, or both")
+        self.engine = engine
+        self.jsonl_path = jsonl_path
+        self.spill_path = spill_path
+        self.batch_size = batch_size
+        self.flush_interval_s = flush_interval_s
+        self.retry_max_s = retry_max_s
+        self.stats = SinkStats()
+        self._queue: queue.SimpleQueue[Record | None] = queue.SimpleQueue()
+        self._pending: list[Record] = []
+        self._done = threading.Condition()
+        self._closing = threading.Event()
+        self._close_deadline = 0.0
+        self._thread: threading.Thread | None = None
+        self._jsonl: IO[str] | None = None
+
+    def start(self) -> None:
+        """Open the JSONL log and start the writer thread."""
+        if self.jsonl_path is not None:
+            self.jsonl_path.parent.mkdir(parents=True, exist_ok=True)
+            self._jsonl = self.jsonl_path.open("a", encoding="utf-8")
+        self._thread = threading.Thread(target=self._run, name="usage-sink", daemon=True)
+        self._thread.start()
+
+    def submit(self, record: Record) -> None:
+        """Queue a record; never blocks. Thread-safe.
+
+        Raises:
+            RuntimeError: After :meth:`close`.
+        """
+        if self._closing.is_set():
+            raise RuntimeError("the usage sink is closed")
+        with self._done:
+            self.stats.submitted += 1
+        self._queue.put(record)
+
+    def flush(self, timeout_s: float = 30.0) -> bool:
+        """Wait until every record submitted so far is written (or spilled).
+
+        Returns:
+            False if ``timeout_s`` passed first.
+        """
+        with self._done:
+            target = self.stats.submitted
+            return self._done.wait_for(lambda: self.stats.processed >= target, timeout_s)
+
+    def close(self, timeout_s: float = 30.0) -> SinkStats:
+        """Write what is queued, retrying the database for up to ``timeout_s``, then stop.
+
+        Records the database still refuses are left in the JSONL log or the spill file.
+        """
+        if self._thread is None:
+            return self.stats
+        self._close_deadline = time.monotonic() + timeout_s
+        self._closing.set()
+        self._queue.put(None)
+        self._thread.join()
+        self._thread = None
+        if self._jsonl is not None:
+            self._jsonl.flush()
+            os.fsync(self._jsonl.fileno())
+            self._jsonl.close()
+            self._jsonl = None
+        return self.stats
+
+    def _run(self) -> None:
+        backoff_s = 0.0
+        while True:
+            batch = self._take(timeout_s=backoff_s or self.flush_interval_s)
+            if batch:
+                self._log_jsonl(batch)
+                self._pending.extend(batch)
+            if self._pending:
+                if self.engine is None or self._write_db():
+                    self._mark_processed(len(self._pending))
+                    self._pending = []
+                    backoff_s = 0.0
+                elif self._closing.is_set() and time.monotonic() >= self._close_deadline:
+                    self._spill()
+                else:
+                    backoff_s = min(max(backoff_s * 2, 0.1), self.retry_max_s)
+            # close() queues its wake-up marker after every record submitted before it.
+            if self._closing.is_set() and self._queue.empty() and not self._pending:
+                return
+
+    def _take(self, *, timeout_s: float) -> list[Record]:
+        """Up to ``batch_size`` queued records, waiting up to ``timeout_s`` for the first."""
+        batch: list[Record] = []
+        try:
+            item = self._queue.get(timeout=timeout_s)
+            while True:
+                if item is not None:
+                    batch.append(item)
+                if len(batch) >= self.batch_size:
+                    break
+                item = self._queue.get_nowait()
+        except queue.Empty:
+            pass
+        return batch
+
+    def _log_jsonl(self, batch: list[Record]) -> None:
+        if self._jsonl is None:
+            return
+        write_jsonl(self._jsonl, batch)
+        self._jsonl.flush()
+        self.stats.jsonl_lines += len(batch)
+
+    def _write_db(self) -> bool:
+        """Write the pending records in one transaction; on a bad row, one at a time.
+
+        Returns:
+            False when the database is unreachable (try again later).
+        """
+        try:
+            self._write_rows(self._pending)
+            return True
+        except (OperationalError, InterfaceError) as exc:
+            self.stats.db_failures += 1
+            log.warning("usage sink: database unavailable, will retry: %s", exc)
+            return False
+        except DBAPIError as exc:
+            if exc.connection_invalidated:
+                self.stats.db_failures += 1
+                return False
+            log.error("usage sink: a batch was refused (%s); writing its records one by one",
+                      exc.orig)
+        refused = []
+        for record in self._pending:
+            try:
+                self._write_rows([record])
+            except (OperationalError, InterfaceError):
+                return False
+            except DBAPIError as exc:
+                log.error("usage sink: record refused by the database: %s", exc.orig)
+                refused.append(record)
+        if refused:
+            self._spill(refused)
+        return True
+
+    def _write_rows(self, records: Sequence[Record]) -> None:
+        assert self.engine is not None
+        usage = [r for r in records if isinstance(r, UsageEvent)]
+        idle = [r for r in records if isinstance(r, ReplicaIdleEvent)]
+        with self.engine.begin() as conn:
+            inserted = insert_usage(conn, usage) if usage else 0
+            idle_rows = insert_idle(conn, idle) if idle else 0
+        self.stats.inserted += inserted
+        self.stats.duplicates += len(usage) - inserted
+        self.stats.idle_rows += idle_rows
+
+    def _spill(self, records: list[Record] | None = None) -> None:
+        """Give up on the database for ``records`` (default: all pending)."""
+        records = self._pending if records is None else records
+        count = len(records)
+        if self._jsonl is not None:
+            log.error("usage sink: %d records not in the database; they are in %s "
+                      "(load with `specledger ingest usage`)", count, self.jsonl_path)
+        else:
+            path = self.spill_path or Path(
+                f"usage-spill-{datetime.now(UTC):%Y%m%dT%H%M%S%fZ}.jsonl")
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with path.open("a", encoding="utf-8") as stream:
+                write_jsonl(stream, records)
+            log.error("usage sink: %d records not in the database; written to %s "
+                      "(load with `specledger ingest usage`)", count, path)
+        self.stats.spilled += count
+        if records is self._pending:
+            self._mark_processed(count)
+            self._pending = []
+
+    def _mark_processed(self, count: int) -> None:
+        with self._done:
+            self.stats.processed += count
+            self._done.notify_all()
