@@ -18,6 +18,7 @@ VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
 
 pytestmark = [
     pytest.mark.serving,
+    pytest.mark.xdist_group("vllm"),  # one engine at a time on a small machine
     pytest.mark.skipif(
         not VLLM_PYTHON.exists(),
         reason=f"no vLLM venv at {VLLM_PYTHON.parent.parent}; run serving/install_vllm_cpu.sh",
