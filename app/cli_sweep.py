@@ -54,6 +54,7 @@ def row_of(target: SweepTarget, stats: LevelStats) -> SweepRow:
         "ttft_p99_s": stats.ttft_s[2], "tpot_p90_s": stats.tpot_s[1],
         "tpot_p99_s": stats.tpot_s[2], "gpu_seconds_per_1k_tokens":
         stats.gpu_seconds_per_1k_tokens, "window_s": stats.window_s, "errors": stats.errors,
+        "other_servers": stats.other_servers,
     }  # fmt: skip
     return SweepRow(point=point, requests_per_s=stats.requests_per_s, metrics=metrics,
                     schedule=target.schedule)
@@ -85,10 +86,11 @@ def _print_row(row: SweepRow) -> None:
     p, m = row.point, row.metrics
     acceptance = ("" if math.isnan(p.mean_acceptance_length) else
                   f"  accept {p.acceptance_rate:.2f} AL {p.mean_acceptance_length:.2f}")
+    contended = "  (another vLLM server ran: suspect)" if m.get("other_servers") else ""
     err.print(f"{p.config:>16} @ {p.concurrency:>3}: {p.output_tokens_per_s:7.1f} tok/s  "
               f"TPOT p50 {1000 * p.tpot_p50_s:6.1f} ms  TTFT p50 "
-              f"{1000 * float(m['ttft_p50_s'] or math.nan):7.1f} ms{acceptance}",
-              highlight=False)
+              f"{1000 * float(m['ttft_p50_s'] or math.nan):7.1f} ms{acceptance}{contended}",
+              highlight=False, soft_wrap=True)
 
 
 def sweep(
@@ -115,6 +117,10 @@ def sweep(
                                                "prepared SmolLM2).")] = None,
     draft_model: Annotated[Path | None, typer.Option(help="Draft model folder for 'draft'.")] =
         None,
+    dtype: Annotated[str, typer.Option(help="Model dtype for the engines: bfloat16, float16, "
+                                       "float32 or auto. On CPUs without AVX-512 BF16 (no "
+                                       "oneDNN bf16 kernels) float32 is much faster.")] =
+        "bfloat16",
     gpus: Annotated[int, typer.Option(min=1, help="Accelerators per replica, for GPU-seconds "
                                       "(a CPU replica counts as 1).")] = 1,
     vllm_python: Annotated[Path, typer.Option(help="Python of the vLLM venv.")] =
@@ -138,8 +144,11 @@ def sweep(
     settings = get_settings()
     levels = _levels(concurrency)
     cache = model_prep.DEFAULT_CACHE_DIR
-    base = EngineConfig(name="sweep", model=str((model or model_prep.target_dir(cache)).resolve()),
-                        python=str(vllm_python.absolute()))
+    if dtype not in ("bfloat16", "float16", "float32", "auto"):
+        raise typer.BadParameter("--dtype must be bfloat16, float16, float32 or auto")
+    base = EngineConfig.model_validate({
+        "name": "sweep", "model": str((model or model_prep.target_dir(cache)).resolve()),
+        "python": str(vllm_python.absolute()), "dtype": dtype})
     draft = draft_model or model_prep.draft_dir(cache, DEFAULT_DRAFT_LAYERS)
     started = datetime.now(UTC)
     work_dir = settings.data_dir / "sweeps" / started.strftime("%Y%m%dT%H%M%SZ")
@@ -167,14 +176,14 @@ def sweep(
             raise UserError(str(exc)) from None
     err.print(f"wrote {len(rows)} rows to {out}; logs in {work_dir}")
     if store:
-        _store(out, rows, levels=levels, specs=spec, deployment=deployment,
+        _store(out, rows, levels=levels, specs=spec, dtype=dtype, deployment=deployment,
                requests_per_level=requests_per_level, repeats=repeats, work_dir=work_dir)
 
 
-def _store(out: Path, rows: list[SweepRow], *, levels: list[int], specs: str,
+def _store(out: Path, rows: list[SweepRow], *, levels: list[int], specs: str, dtype: str,
            deployment: str | None, requests_per_level: int, repeats: int,
            work_dir: Path) -> None:
-    settings = {"source": str(out), "levels": levels, "spec": specs,
+    settings = {"source": str(out), "levels": levels, "spec": specs, "dtype": dtype,
                 "requests_per_level": requests_per_level, "repeats": repeats,
                 "logs": str(work_dir), "measured_by": "specledger breakeven sweep"}
     with user_errors(), open_engine(get_settings()) as engine, Session(engine) as session, \

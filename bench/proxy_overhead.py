@@ -142,7 +142,8 @@ async def measure(url: str, model: str, *, concurrency: int, requests: int,
     async def worker(client: httpx.AsyncClient) -> None:
         nonlocal total
         while not queue.empty():
-            total += await _one(client, url, queue.get_nowait())
+            tokens = await _one(client, url, queue.get_nowait())
+            total += tokens
 
     limits = httpx.Limits(max_connections=concurrency + 4)
     async with httpx.AsyncClient(timeout=600, limits=limits) as client:
@@ -156,7 +157,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--engine-url", help="An already running vLLM server (root URL).")
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--max-tokens", type=int, default=64)
+    parser.add_argument("--max-tokens", type=int, default=32)
     parser.add_argument("--requests-c1", type=int, default=6)
     parser.add_argument("--requests-c16", type=int, default=32)
     parser.add_argument("--json", action="store_true", help="Print the results as JSON.")

@@ -246,6 +246,9 @@ class LevelStats:
     mean_acceptance_length: float
     """1 + accepted / speculative steps (vLLM's definition); NaN without speculation."""
     gpu_seconds_per_1k_tokens: float
+    other_servers: int = 0
+    """Other vLLM servers seen running on the machine at the end of the level (they share
+    its CPUs or GPUs, so the level's figures are suspect)."""
 
 
 def _percentiles(values: list[float]) -> tuple[float, float, float]:

@@ -17,7 +17,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import httpx
@@ -179,7 +179,8 @@ async def _served_model(client: httpx.AsyncClient, base_url: str) -> str:
 
 async def _run_levels(base_url: str, *, target: SweepTarget, levels: Sequence[int],
                       requests_per_level: int, warmup: int | None, prompts: Sequence[Prompt],
-                      gpus: int, progress: Progress | None) -> list[LevelStats]:
+                      gpus: int, progress: Progress | None, own_pid: int | None = None
+                      ) -> list[LevelStats]:
     stats = []
     for level in levels:
         limits = httpx.Limits(max_connections=level + 4, max_keepalive_connections=level + 4)
@@ -196,7 +197,8 @@ async def _run_levels(base_url: str, *, target: SweepTarget, levels: Sequence[in
                                   concurrency=level, measured=requests_per_level,
                                   warmup=level if warmup is None else warmup,
                                   label=target.name, on_measured=report)
-        stats.append(summarize_level(run, gpus=gpus))
+        others = [pid for pid in running_vllm_servers() if pid != own_pid]
+        stats.append(replace(summarize_level(run, gpus=gpus), other_servers=len(others)))
     return stats
 
 
@@ -259,6 +261,7 @@ def sweep_target(
         with metering_proxy(engine, work_dir=work_dir, gpus=gpus) as url:
             return asyncio.run(_run_levels(url, target=target, levels=levels,
                                            requests_per_level=requests_per_level, warmup=warmup,
-                                           prompts=prompts, gpus=gpus, progress=progress))
+                                           prompts=prompts, gpus=gpus, progress=progress,
+                                           own_pid=handle.pid))
     finally:
         launcher.stop(handle, state_dir=engines_dir)

@@ -29,7 +29,7 @@ SCHEDULE_COLUMN = "schedule"
 """Optional: vLLM ``num_speculative_tokens_per_batch_size`` JSON the row was measured with."""
 METRIC_COLUMNS = (
     "requests", "requests_per_s", "ttft_p50_s", "ttft_p90_s", "ttft_p99_s", "tpot_p90_s",
-    "tpot_p99_s", "gpu_seconds_per_1k_tokens", "window_s", "errors",
+    "tpot_p99_s", "gpu_seconds_per_1k_tokens", "window_s", "errors", "other_servers",
 )  # fmt: skip
 """Optional measured columns, in the order the sweep command writes them."""
 CSV_COLUMNS = (*REQUIRED_COLUMNS, *METRIC_COLUMNS, SCHEDULE_COLUMN)
