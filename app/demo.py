@@ -69,7 +69,8 @@ def run_demo(engine: Engine, settings: Settings, *, step: Step, sweep: bool = Tr
     data_dir = settings.data_dir
     result = DemoResult()
     step("preparing SmolLM2-135M-Instruct (once)")
-    vllm_python = Path(".venv-vllm/bin/python").resolve()
+    # absolute(), not resolve(): the venv's python is a symlink to the base interpreter.
+    vllm_python = Path(".venv-vllm/bin/python").absolute()
     models = data_dir / "models"
     prepare_models(cache_dir=models, vllm_python=vllm_python, draft_layers=6)
     _register(engine)

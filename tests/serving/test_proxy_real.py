@@ -83,7 +83,7 @@ class EngineSlot:
             self.current = None
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")  # stopped before other modules start their own engine
 def engines(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EngineSlot]:
     slot = EngineSlot(tmp_path_factory.mktemp("engines"))
     try:
