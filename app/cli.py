@@ -223,6 +223,8 @@ def _register_feature_commands() -> None:
     __import__("app.cli_api", fromlist=["register"]).register(app)
     __import__("app.cli_breakeven", fromlist=["register"]).register(app)
     __import__("dashboards.cli", fromlist=["register"]).register(app)
+    __import__("serving.proxy_cli", fromlist=["register"]).register(app)
+    __import__("ingest.usage_cli", fromlist=["register"]).register(ingest_app)
 
 
 _register_feature_commands()

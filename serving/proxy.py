@@ -112,6 +112,15 @@ def _stream_options(body: dict[str, Any]) -> tuple[dict[str, Any], bool, bool]:
     return {**body, "stream_options": options}, wants_usage, wants_every
 
 
+def _outcome(tally: StreamTally) -> tuple[UsageStatus, str | None]:
+    """How a stream that the model server ended (or ended with [DONE]) went."""
+    if tally.error is not None:
+        return UsageStatus.error, tally.error
+    if not tally.done:
+        return UsageStatus.error, "the model server ended the stream early"
+    return UsageStatus.ok, None
+
+
 async def _relay(state: ProxyState, request: InFlight, upstream: httpx.Response, *,
                  wants_usage: bool, wants_every: bool) -> AsyncIterator[bytes]:
     """Pass a vLLM stream to the client event by event, metering the tokens each carries."""
@@ -139,6 +148,8 @@ async def _relay(state: ProxyState, request: InFlight, upstream: httpx.Response,
                     if request.first_token_ns is None and tally.completion_tokens:
                         request.first_token_ns = now_ns
                     state.chunk(request, tokens=tokens, at_ns=now_ns)
+                if tally.done:  # a client that hangs up once it has [DONE] got everything
+                    status, error = _outcome(tally)
                 if out:
                     yield b"".join(out)
             if splitter.pending.strip():
@@ -149,12 +160,7 @@ async def _relay(state: ProxyState, request: InFlight, upstream: httpx.Response,
                 "upstream_unavailable", f"the model server failed mid-stream: {exc}"
             )).encode() + b"\n\ndata: [DONE]\n\n"
         else:
-            if tally.error is not None:
-                status, error = UsageStatus.error, tally.error
-            elif not tally.done:
-                status, error = UsageStatus.error, "the model server ended the stream early"
-            else:
-                status, error = UsageStatus.ok, None
+            status, error = _outcome(tally)
     finally:
         with anyio.CancelScope(shield=True):
             await upstream.aclose()

@@ -2,7 +2,8 @@
 (see fixtures/vllm), deterministic, with speculative-decoding counters.
 
 Prompts steer it: ``FAIL400`` answers 400, ``TIMEOUT`` raises a read timeout, ``SLOW`` waits
-between chunks, ``MIDFAIL`` drops the connection after two chunks. Requests to the host
+between chunks, ``MIDFAIL`` drops the connection after two chunks, ``LINGER`` keeps the connection open a
+while after ``[DONE]``. Requests to the host
 ``dead.invalid`` fail to connect.
 """
 
@@ -70,7 +71,8 @@ class FakeVllm:
         delay = self.slow_chunk_s if "SLOW" in prompt else 0.0
         return httpx.Response(200, headers={"content-type": "text/event-stream; charset=utf-8"},
                               content=self.stream(plan, request_id, body, chat=chat,
-                                                  delay_s=delay, fail="MIDFAIL" in prompt))
+                                                  delay_s=delay, fail="MIDFAIL" in prompt,
+                                                  linger="LINGER" in prompt))
 
     @staticmethod
     def steps(max_tokens: int) -> list[int]:
@@ -89,7 +91,8 @@ class FakeVllm:
             self.num_accepted_tokens += size - 1
 
     async def stream(self, plan: "Plan", request_id: str, body: dict[str, Any], *, chat: bool,
-                     delay_s: float, fail: bool) -> AsyncIterator[bytes]:
+                     delay_s: float, fail: bool, linger: bool = False
+                     ) -> AsyncIterator[bytes]:
         options = body.get("stream_options") or {}
         usage = bool(options.get("include_usage"))
         every = usage and bool(options.get("continuous_usage_stats"))
@@ -107,6 +110,8 @@ class FakeVllm:
                 yield b"data: " + _dumps(plan.usage_chunk(request_id, chat=chat)) + b"\n\n"
             yield b"data: [DONE]\n\n"
             done = True
+            if linger:  # a server slow to close the connection after [DONE]
+                await asyncio.sleep(0.5)
         finally:
             if not done:
                 self.aborted += 1

@@ -186,6 +186,18 @@ def test_cancelled_stream_records_the_tokens_produced(db_url, engine, fake):
     assert_gpu_time_conserved(engine, replica="a", gpus=2)
 
 
+def test_client_hanging_up_right_after_done_is_not_a_cancellation(db_url, engine, fake):
+    # The OpenAI SDK closes the connection as soon as it reads [DONE].
+    body = completion("LINGER", 6, stream=True)
+    with serve(proxy_app(fake, db_url)) as url, httpx.Client(timeout=30) as client, \
+            client.stream("POST", url + "/v1/completions", json=body) as response:
+        for line in response.iter_lines():
+            if line == "data: [DONE]":
+                break
+    (row,) = usage_rows(engine)
+    assert (row["status"], row["completion_tokens"], row["error"]) == ("ok", 6, None)
+
+
 @pytest.mark.parametrize("stream", [False, True])
 def test_dead_upstream_gives_503_and_an_error_record(db_url, engine, stream):
     dead = ReplicaSpec(url=f"http://127.0.0.1:{free_port()}", deployment="smol", name="dead")
