@@ -14,7 +14,7 @@ from app.breakeven.sweep_file import SweepFileError
 from app.cli_support import UserError, open_engine, user_errors
 from app.settings import get_settings
 from app.tiers import service as tiers
-from app.tiers.catalog import TierCatalogError, load_tier_catalog
+from app.tiers.catalog import TierCatalog, TierCatalogError, load_tier_catalog
 from app.tiers.render import recommendation_text, tiers_text
 from serving.engine_config import DEFAULT_ENGINES_DIR
 
@@ -100,7 +100,8 @@ def apply(
     typer.echo(f"next start: specledger engine start --config {applied.engine_path}")
 
 
-def _tier_models(sweep: int | None) -> tuple[object, list[tiers.TierModel], tiers.Workload]:
+def _tier_models(sweep: int | None) -> tuple[TierCatalog, list[tiers.TierModel],
+                                            tiers.Workload]:
     catalog = load_tier_catalog()
     if sweep is None:
         workload = tiers.default_workload(catalog)
@@ -124,7 +125,7 @@ def tiers_show(
             catalog, models, workload = _tier_models(sweep)
         except (tiers.TierError, TierCatalogError) as exc:
             raise UserError(str(exc)) from None
-        report = tiers.show_tiers(catalog, models, workload)  # type: ignore[arg-type]
+        report = tiers.show_tiers(catalog, models, workload)
     typer.echo(json.dumps(report, indent=2) if as_json else tiers_text(report))
 
 

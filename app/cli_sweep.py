@@ -1,5 +1,6 @@
 """``specledger breakeven sweep``: measure speculation configs against concurrency."""
 
+import hashlib
 import math
 import sys
 from datetime import UTC, datetime
@@ -74,7 +75,10 @@ def _targets(specs: str, engine_configs: list[Path], proxies: list[str], *, base
                for n in names]
     for path in engine_configs:
         try:
-            targets.append(target_for_engine(read_engine_config(path)))
+            config = read_engine_config(path)
+            # The deployment's name tells two scheduled engines of one method apart.
+            targets.append(target_for_engine(
+                config, name=None if config.name == "default" else config.name))
         except (OSError, ValidationError) as exc:
             raise UserError(f"--engine-config {path}: {exc}") from None
     if not targets:
@@ -131,6 +135,9 @@ def sweep(
                                                    "measures.")] = None,
     store: Annotated[bool, typer.Option(help="Store the sweep (and its fit) in the "
                                         "database.")] = True,
+    wait_for_other_engines: Annotated[float, typer.Option(
+        min=0, help="Seconds to wait for other vLLM servers on this machine to stop before "
+        "each engine start (default: refuse at once).")] = 0.0,
     engines_dir: Annotated[Path, typer.Option(help="Folder of engine state files.")] =
         DEFAULT_ENGINES_DIR,
 ) -> None:
@@ -164,7 +171,7 @@ def sweep(
                         target, levels=levels, requests_per_level=requests_per_level,
                         prompts=prompt_set, work_dir=work_dir, engines_dir=engines_dir,
                         warmup=warmup, repeats=repeats, gpus=gpus,
-                        progress=hook)  # type: ignore[arg-type]
+                        wait_s=wait_for_other_engines, progress=hook)  # type: ignore[arg-type]
                     for level in stats:
                         rows.append(row_of(target, level))
                         _print_row(rows[-1])
@@ -183,7 +190,8 @@ def sweep(
 def _store(out: Path, rows: list[SweepRow], *, levels: list[int], specs: str, dtype: str,
            deployment: str | None, requests_per_level: int, repeats: int,
            work_dir: Path) -> None:
-    settings = {"source": str(out), "levels": levels, "spec": specs, "dtype": dtype,
+    settings = {"source": str(out), "sha256": hashlib.sha256(out.read_bytes()).hexdigest(),
+                "levels": levels, "spec": specs, "dtype": dtype,
                 "requests_per_level": requests_per_level, "repeats": repeats,
                 "logs": str(work_dir), "measured_by": "specledger breakeven sweep"}
     with user_errors(), open_engine(get_settings()) as engine, Session(engine) as session, \

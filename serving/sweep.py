@@ -202,6 +202,22 @@ async def _run_levels(base_url: str, *, target: SweepTarget, levels: Sequence[in
     return stats
 
 
+def _wait_for_other_servers(wait_s: float, progress: Progress | None) -> None:
+    deadline = time.monotonic() + wait_s
+    while True:
+        others = running_vllm_servers()
+        if not others:
+            return
+        if time.monotonic() >= deadline:
+            raise SweepError(
+                f"another vLLM server is running (pid {', '.join(map(str, others))}); two "
+                "engines on one machine distort the measurement: stop it first, wait for it "
+                "(--wait-for-other-engines SECONDS), or pass --proxy URL to drive it")
+        if progress is not None:
+            progress(f"waiting for vLLM pid {others[0]}", 0, 1)
+        time.sleep(min(10.0, max(0.0, deadline - time.monotonic())))
+
+
 def sweep_target(
     target: SweepTarget,
     *,
@@ -214,6 +230,7 @@ def sweep_target(
     repeats: int = 1,
     gpus: int = 1,
     start_timeout_s: float = 600.0,
+    wait_s: float = 0.0,
     progress: Progress | None = None,
 ) -> list[LevelStats]:
     """Measure one config at every level; start (and stop) its engine and proxy if needed.
@@ -230,13 +247,16 @@ def sweep_target(
         warmup: Warm-up requests per level; default one per session.
         gpus: Accelerators of the replica (a CPU replica counts as 1).
         start_timeout_s: How long the engine may take to become healthy.
+        wait_s: How long to wait for other vLLM servers on the machine to stop before
+            starting this config's engine (0: refuse at once).
         progress: ``(description, done, total)`` callback.
 
     Returns:
         One result per level.
 
     Raises:
-        SweepError: If another vLLM server runs, or the engine or proxy fail to start.
+        SweepError: If another vLLM server still runs after ``wait_s``, or the engine or proxy
+            fail to start.
         launcher.EngineError: From the launcher, with the tail of vLLM's log.
     """
     levels = [level for _ in range(repeats) for level in levels]
@@ -246,11 +266,7 @@ def sweep_target(
                                        prompts=prompts, gpus=gpus, progress=progress))
     if target.engine is None:
         raise SweepError(f"config {target.name!r} has neither an engine nor a URL")
-    others = running_vllm_servers()
-    if others:
-        raise SweepError(f"another vLLM server is running (pid {', '.join(map(str, others))}); "
-                         "two engines on one machine distort the measurement: stop it first, "
-                         "or pass --proxy URL to drive it")
+    _wait_for_other_servers(wait_s, progress)
     engine = EngineConfig.model_validate({**target.engine.model_dump(), "port": free_port(),
                                           "name": f"sweep-{target.name}"})
     if progress is not None:

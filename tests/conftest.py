@@ -41,11 +41,11 @@ def _postgres_url(worker: str) -> str:
 
 
 @pytest.fixture(scope="session", params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
-def db_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
-           worker_id: str) -> str:
+def db_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> str:
     if request.param == "sqlite":
         return f"sqlite+pysqlite:///{tmp_path_factory.mktemp('db') / 'specledger.db'}"
-    return _postgres_url(worker_id)
+    # Not the ``worker_id`` fixture: it is missing when xdist is disabled (``-p no:xdist``).
+    return _postgres_url(os.environ.get("PYTEST_XDIST_WORKER", "master"))
 
 
 @pytest.fixture(scope="session")

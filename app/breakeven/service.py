@@ -79,8 +79,8 @@ def fit_sweep_file(
 ) -> FitOutcome:
     """Read, check and fit a sweep CSV; store the sweep, its points and its fit.
 
-    Fitting the same file again (same SHA-256) updates the stored fit instead of adding a
-    second copy of the sweep.
+    Fitting the same file again (same SHA-256), or the CSV that ``breakeven sweep`` wrote and
+    stored, updates the stored fit instead of adding a second copy of the sweep.
 
     Args:
         session: Where to store the result; None fits without storing.
