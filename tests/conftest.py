@@ -86,3 +86,9 @@ def cli_env(engine: Engine, db_url: str, monkeypatch: pytest.MonkeyPatch, tmp_pa
     get_settings.cache_clear()
     yield db_url
     get_settings.cache_clear()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # xdist registers this marker itself; without xdist (``-p no:xdist``) --strict-markers
+    # would reject the tests that carry it.
+    config.addinivalue_line("markers", "xdist_group(name): run in one xdist worker")

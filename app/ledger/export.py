@@ -8,7 +8,6 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
@@ -17,6 +16,7 @@ from sqlalchemy.orm import Session
 
 from app.domain.allocation import split_by_weight
 from app.domain.money import micros_to_decimal
+from app.domain.periods import month_bounds
 from app.ledger.costs import CostLine
 from app.models import AllocationRun, BillingRow, LedgerEntry
 from ingest.normalize import TYPED_COLUMNS
@@ -53,7 +53,8 @@ def focus_allocation_table(engine: Engine, month: str, *, team: str | None = Non
 
     Each row keeps its source row's FOCUS and ``x_`` columns; BilledCost and EffectiveCost
     are the entry's shares; ListCost and ContractedCost are split with the same weights by
-    largest remainder, so each source row's shares sum back to it exactly.
+    largest remainder, so each source row's shares sum back to it exactly. Adjustments for a
+    closed month (they have no source row) become ``Correction`` rows of their own.
     """
     with Session(engine) as session:
         run_id = session.scalar(select(AllocationRun.id).where(
@@ -63,12 +64,18 @@ def focus_allocation_table(engine: Engine, month: str, *, team: str | None = Non
                  .where(LedgerEntry.run_id == run_id)
                  .order_by(LedgerEntry.billing_row_id, LedgerEntry.id))
         pairs = session.execute(query).all()
+        adjustments = session.scalars(
+            select(LedgerEntry).where(LedgerEntry.run_id == run_id,
+                                      LedgerEntry.billing_row_id.is_(None))
+            .order_by(LedgerEntry.id)).all()
     by_row: dict[int, list[tuple[LedgerEntry, BillingRow]]] = {}
     for entry, row in pairs:
         by_row.setdefault(row.id, []).append((entry, row))
     records: list[dict[str, Any]] = []
     for shares in by_row.values():
         records += _focus_rows(shares, run_id or 0)
+    payer = _payer_columns(pairs[0][1]) if pairs else {}
+    records += [_adjustment_row(entry, month, payer, run_id or 0) for entry in adjustments]
     if team is not None:
         records = [r for r in records if json.loads(r["AllocatedTags"] or "{}").get("team") == team]
     return _focus_arrow(records)
@@ -107,6 +114,49 @@ def _focus_rows(shares: list[tuple[LedgerEntry, BillingRow]], run_id: int) -> li
     return out
 
 
+_PAYER_COLUMNS = ("BillingAccountId", "BillingAccountName", "BillingAccountType",
+                  "InvoiceIssuerName", "ProviderName", "PublisherName", "ServiceProviderName",
+                  "HostProviderName")
+
+
+def _payer_columns(row: BillingRow) -> dict[str, Any]:
+    source = _source_columns(row)
+    return {name: source.get(name) for name in _PAYER_COLUMNS if source.get(name) is not None}
+
+
+def _adjustment_row(entry: LedgerEntry, month: str, payer: dict[str, Any],
+                    run_id: int) -> dict[str, Any]:
+    """A restatement booked in ``month``: the change to a closed month's allocation after
+    its billing was re-delivered. List and contracted cost are not restated (zero)."""
+    start, end = month_bounds(month)
+    adjusted_kind = entry.method.split(":", 1)[-1]
+    stamp = "{:%Y-%m-%dT%H:%M:%SZ}".format
+    return {
+        **payer,
+        "BillingPeriodStart": stamp(start), "BillingPeriodEnd": stamp(end),
+        "ChargePeriodStart": stamp(entry.charge_period_start) if entry.charge_period_start
+        else None,
+        "ChargePeriodEnd": stamp(entry.charge_period_end) if entry.charge_period_end else None,
+        "ChargeCategory": "Adjustment", "ChargeClass": "Correction",
+        "ChargeDescription": f"SpecLedger restatement of {entry.corrects_month} "
+                             f"({adjusted_kind} share) after its billing was re-delivered",
+        "BillingCurrency": entry.currency,
+        "BilledCost": micros_to_decimal(entry.billed_cost_micros),
+        "EffectiveCost": micros_to_decimal(entry.effective_cost_micros),
+        "ListCost": Decimal(0), "ContractedCost": Decimal(0),
+        "AllocatedMethodId": "specledger:restatement",
+        "AllocatedMethodDetails": json.dumps({
+            "x_Kind": adjusted_kind, "x_CorrectsMonth": entry.corrects_month,
+            "x_AllocationRunId": run_id}),
+        "AllocatedResourceId": f"idle:{entry.deployment}" if adjusted_kind == "idle" else None,
+        "AllocatedResourceName": entry.session_id,
+        "AllocatedTags": json.dumps({k: v for k, v in {
+            "team": entry.team, "session": entry.session_id,
+            "deployment": entry.deployment}.items() if v is not None}),
+        "x_CorrectsMonth": entry.corrects_month,
+    }
+
+
 def _source_columns(row: BillingRow) -> dict[str, Any]:
     record: dict[str, Any] = {}
     for db_name, focus_name in FOCUS_OF_DB.items():
@@ -135,7 +185,7 @@ def _focus_arrow(records: list[dict[str, Any]]) -> pa.Table:
         if name in money:
             columns[name] = pa.array(values, MONEY)
         elif name == "x_SourceBillingRowId":
-            columns[name] = pa.array(np.asarray(values, np.int64))
+            columns[name] = pa.array(values, pa.int64())
         else:
             columns[name] = pa.array([None if v is None else str(v) for v in values], pa.string())
     return pa.table(columns)

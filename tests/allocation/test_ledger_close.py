@@ -2,6 +2,7 @@
 
 import os
 import time
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ from sqlalchemy.orm import Session
 from app.allocation.service import MonthClosed, run_allocation
 from app.cli_ledger import month_window
 from app.deployments.service import add_deployment, add_replica
+from app.ledger.export import focus_allocation_table
 from app.ledger.service import CloseError, close_month
 from app.models import LedgerClosure, LedgerEntry
 from ingest.service import IngestOptions, ingest_billing
@@ -133,3 +135,26 @@ def test_correction_rows_name_the_month_they_correct(closed_october: Engine, tmp
     # October's usage of that hour drives the split: ads 1/4, idle 3/4.
     assert [(r.kind, r.team, r.corrects_month, r.effective_cost_micros) for r in rows] == [
         ("idle", None, "2026-10", -1_500_000), ("request", "ads", "2026-10", -500_000)]
+
+
+def test_focus_export_carries_restatements_as_correction_rows(closed_october: Engine,
+                                                              tmp_path: Path) -> None:
+    _ingest(closed_october, tmp_path / "oct-restated.csv",
+            [focus_row(hour=0, cost="10.00"), focus_row(hour=1, cost="16.00")])
+    _ingest(closed_october, tmp_path / "nov.csv", [focus_row("2026-11", hour=0, cost="3.00")])
+    run_allocation(closed_october, month_window("2026-11"), share_idle=False, tag_key=TAG)
+
+    rows = focus_allocation_table(closed_october, "2026-11").to_pylist()
+
+    corrections = [r for r in rows if r["ChargeClass"] == "Correction"]
+    assert sorted((r["x_CorrectsMonth"], r["EffectiveCost"]) for r in corrections) == [
+        ("2026-10", Decimal("1.5")), ("2026-10", Decimal("4.5"))]
+    assert all(r["ChargeCategory"] == "Adjustment" and r["x_SourceBillingRowId"] is None
+               and r["BillingPeriodStart"] == "2026-11-01T00:00:00Z"
+               and r["ChargePeriodStart"] == "2026-10-01T00:00:00Z"
+               and r["ProviderName"] == "AWS" for r in corrections)
+    # The export holds November's bill and the restatement it books, nothing else.
+    assert sum(r["EffectiveCost"] for r in rows) == Decimal("3.00") + Decimal("6.00")
+    ads_only = focus_allocation_table(closed_october, "2026-11", team="ads").to_pylist()
+    assert [r["EffectiveCost"] for r in ads_only if r["ChargeClass"] == "Correction"] == [
+        Decimal("1.5")]
