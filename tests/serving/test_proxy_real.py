@@ -62,19 +62,19 @@ class EngineSlot:
 
     def __init__(self, state_dir: Path) -> None:
         self.state_dir = state_dir
-        self.current: tuple[str, EngineConfig, launcher.EngineHandle] | None = None
+        self.current: tuple[tuple[str, str], EngineConfig, launcher.EngineHandle] | None = None
 
-    def get(self, spec: str) -> EngineConfig:
-        if self.current is not None and self.current[0] == spec:
+    def get(self, spec: str, dtype: str = "bfloat16") -> EngineConfig:
+        if self.current is not None and self.current[0] == (spec, dtype):
             return self.current[1]
         self.stop()
         speculation = NgramSpeculation(k=4) if spec == "ngram" else NoSpeculation()
-        config = EngineConfig(name=f"proxy-test-{spec}", model=str(MODEL),
+        config = EngineConfig(name=f"proxy-test-{spec}-{dtype}", model=str(MODEL),
                               speculation=speculation, port=free_port(),
-                              python=str(VLLM_PYTHON))
+                              python=str(VLLM_PYTHON), dtype=dtype)
         handle = launcher.start(config, self.state_dir / f"{config.name}.log", timeout_s=400,
                                 state_dir=self.state_dir)
-        self.current = (spec, config, handle)
+        self.current = ((spec, dtype), config, handle)
         return config
 
     def stop(self) -> None:
@@ -289,9 +289,12 @@ def _greedy_token_ids(config: EngineConfig, log: Path) -> list[list[int]]:
 
 
 def test_ngram_speculation_changes_no_token(engines: EngineSlot, tmp_path: Path):
-    # Last in the module: it swaps the session's engine for one without speculation.
-    speculative = _greedy_token_ids(engines.get("ngram"), tmp_path / "ngram.jsonl")
-    plain = _greedy_token_ids(engines.get("none"), tmp_path / "none.jsonl")
+    # Last in the module: it swaps the session's engine for others. In float32: in bfloat16,
+    # verifying k+1 tokens in one pass rounds differently from decoding them one by one, and
+    # a near-tie between two tokens can flip (seen once in six prompts: the argmax changed at
+    # the 4th token). That is arithmetic, not the algorithm, which is lossless.
+    speculative = _greedy_token_ids(engines.get("ngram", "float32"), tmp_path / "ngram.jsonl")
+    plain = _greedy_token_ids(engines.get("none", "float32"), tmp_path / "none.jsonl")
     assert speculative == plain
     assert all(len(ids) == 48 for ids in speculative)
     drafted = jsonl_records(tmp_path / "ngram.jsonl")
