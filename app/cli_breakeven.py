@@ -65,7 +65,8 @@ def fit(
         typer.echo(json.dumps(outcome.body, indent=2))
     else:
         typer.echo(fit_report(outcome.fit, source=str(path), sweep_id=outcome.sweep_id,
-                              scheduled_rows=outcome.scheduled_rows))
+                              scheduled_rows=outcome.scheduled_rows,
+                              schedule_checks=outcome.schedule_checks))
 
 
 @breakeven_app.command("apply")

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 from app.breakeven.sweep_file import SweepRow
 from app.domain.breakeven_report import BreakevenFit, ConcurrencyComparison, ConfigBreakeven
+from app.domain.schedule_check import ScheduleCheck
 
 
 def measured_crossing(comparisons: Sequence[ConcurrencyComparison]) -> float | None:
@@ -95,14 +96,16 @@ def _config_lines(fit: BreakevenFit, config: ConfigBreakeven) -> list[str]:
 
 
 def fit_report(fit: BreakevenFit, *, source: str, sweep_id: int | None,
-               scheduled_rows: Sequence[SweepRow] = ()) -> str:
+               scheduled_rows: Sequence[SweepRow] = (),
+               schedule_checks: Sequence[ScheduleCheck] = ()) -> str:
     """The human-readable report of a fit.
 
     Args:
         fit: The fit.
         source: Where the sweep came from (a file name).
         sweep_id: The stored sweep's id, if stored.
-        scheduled_rows: Rows measured with a dynamic schedule, listed for comparison.
+        scheduled_rows: Rows measured with a dynamic schedule.
+        schedule_checks: Those rows against never and always speculating.
 
     Returns:
         Multi-line text.
@@ -112,10 +115,30 @@ def fit_report(fit: BreakevenFit, *, source: str, sweep_id: int | None,
              f"config {fit.primary_config!r}", *_parameters(fit)]
     for config in fit.configs:
         lines += _config_lines(fit, config)
-    if scheduled_rows:
-        lines += ["", "Rows measured with a dynamic schedule (not fitted):"]
-        for row in scheduled_rows:
+    for check in schedule_checks:
+        lines += _schedule_check_lines(check, fit)
+    checked = {check.config for check in schedule_checks}
+    unchecked = [row for row in scheduled_rows if row.point.config not in checked]
+    if unchecked:
+        lines += ["", "Rows measured with a dynamic schedule (no fixed configs to compare at "
+                  "their levels):"]
+        for row in unchecked:
             p = row.point
             lines.append(f"  {p.config} at {p.concurrency}: {p.output_tokens_per_s:.1f} "
                          f"tokens/s, schedule {row.schedule}")
     return "\n".join(lines)
+
+
+def _schedule_check_lines(check: ScheduleCheck, fit: BreakevenFit) -> list[str]:
+    verdict = ("meets" if check.meets_target else "misses")
+    lines = ["", f"Schedule {check.config!r} against never ({fit.baseline_config}) and always "
+             f"({fit.primary_config}) speculating, output tokens/s (medians):",
+             "  concurrency  scheduled      never     always  vs better"]
+    for level in check.levels:
+        runs = f" ({level.runs} runs)" if level.runs > 1 else ""
+        lines.append(f"  {level.concurrency:>11}  {level.scheduled_tokens_per_s:>9.1f}  "
+                     f"{level.never_tokens_per_s:>9.1f}  {level.always_tokens_per_s:>9.1f}  "
+                     f"{level.ratio_to_best:>8.3f}{runs}")
+    lines.append(f"  {verdict} the target of {check.target:.0%} of the better fixed choice at "
+                 f"every level (worst {check.worst_ratio:.3f})")
+    return lines

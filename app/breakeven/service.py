@@ -20,8 +20,9 @@ from app.breakeven.render import measured_crossing
 from app.breakeven.sweep_file import SweepFileError, SweepRow, read_sweep_file
 from app.deployments.service import RegistryError, get_deployment
 from app.domain.breakeven_report import BreakevenFit, breakeven_fit_as_dict, fit_breakeven
-from app.domain.breakeven_sweep import InvalidSweep
+from app.domain.breakeven_sweep import InvalidSweep, SweepPoint
 from app.domain.errors import InvalidInput
+from app.domain.schedule_check import ScheduleCheck, check_schedules, schedule_check_as_dict
 from serving.engine_config import (
     BatchSizeBand,
     EngineConfig,
@@ -48,6 +49,8 @@ class FitOutcome:
     """JSON form (``breakeven fit --json``)."""
     scheduled_rows: tuple[SweepRow, ...]
     """Rows measured with a dynamic schedule: compared, not fitted."""
+    schedule_checks: tuple[ScheduleCheck, ...] = ()
+    """Each scheduled config against never and always speculating."""
 
 
 def fit_rows(
@@ -97,6 +100,8 @@ def fit_sweep_file(
     sweep_file = read_sweep_file(path)
     fit, body = fit_rows(sweep_file.rows, source=str(path),
                          bootstrap_samples=bootstrap_samples, seed=seed)
+    checks = compare_schedules(fit, sweep_file.rows, sweep_file.scheduled)
+    body["schedule_checks"] = [schedule_check_as_dict(check) for check in checks]
     sweep_id = None
     if session is not None:
         digest = hashlib.sha256(path.read_bytes()).hexdigest()
@@ -113,7 +118,18 @@ def fit_sweep_file(
                 settings=settings, fit=body)
             sweep_id = sweep.id
         body = {"sweep_id": sweep_id, **body}
-    return FitOutcome(sweep_id=sweep_id, fit=fit, body=body, scheduled_rows=sweep_file.scheduled)
+    return FitOutcome(sweep_id=sweep_id, fit=fit, body=body, scheduled_rows=sweep_file.scheduled,
+                      schedule_checks=checks)
+
+
+def compare_schedules(fit: BreakevenFit, fitted: Sequence[SweepRow],
+                      scheduled: Sequence[SweepRow]) -> tuple[ScheduleCheck, ...]:
+    """Scheduled rows against the fit's baseline (never) and primary config (always)."""
+    def points(config: str) -> list[SweepPoint]:
+        return [row.point for row in fitted if row.point.config == config]
+
+    return check_schedules([row.point for row in scheduled],
+                           never=points(fit.baseline_config), always=points(fit.primary_config))
 
 
 def store_measured_sweep(
@@ -139,10 +155,13 @@ def store_measured_sweep(
                              seed=seed)
     except SweepFileError as exc:
         return sweep.id, None, str(exc)
-    body = {"sweep_id": sweep.id, **body}
+    scheduled = tuple(r for r in rows if r.schedule)
+    checks = compare_schedules(fit, fittable, scheduled)
+    body = {"sweep_id": sweep.id, **body,
+            "schedule_checks": [schedule_check_as_dict(check) for check in checks]}
     repository.set_fit(session, sweep, body)
-    outcome = FitOutcome(sweep_id=sweep.id, fit=fit, body=body,
-                         scheduled_rows=tuple(r for r in rows if r.schedule))
+    outcome = FitOutcome(sweep_id=sweep.id, fit=fit, body=body, scheduled_rows=scheduled,
+                         schedule_checks=checks)
     return sweep.id, outcome, None
 
 

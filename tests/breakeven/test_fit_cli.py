@@ -168,3 +168,30 @@ def test_degenerate_input_stores_nothing(cli_env: str, engine: Engine, tmp_path:
     assert result.exit_code == 2
     with engine.connect() as conn:
         assert conn.execute(select(func.count()).select_from(Sweep)).scalar() == 0
+
+
+def test_fit_compares_scheduled_rows_with_both_fixed_choices(tmp_path: Path) -> None:
+    rows = sweep_rows(noise=0.0)
+    fixed = {(r["config"], r["concurrency"]): float(r["output_tokens_per_s"])  # type: ignore[arg-type]
+             for r in rows}
+    # A schedule that follows the better choice everywhere except a 10% loss at 32.
+    for level in (1, 8, 32):
+        best = max(fixed[("none", level)], fixed[("ngram-k4", level)])
+        rows.append({"config": "ngram-k4-dynamic", "method": "ngram", "k": 4,
+                     "concurrency": level,
+                     "output_tokens_per_s": best * (0.9 if level == 32 else 1.0),
+                     "tpot_p50_s": 0.05, "mean_acceptance_length": 2.6,
+                     "schedule": "[[1, 8, 4], [9, 256, 0]]"})
+    path = write_rows(tmp_path / "sweep.csv", rows, header=[*HEADER, "schedule"])
+
+    as_json = runner.invoke(app, ["breakeven", "fit", str(path), "--json", "--bootstrap", "0",
+                                  "--no-store"])
+    text = runner.invoke(app, ["breakeven", "fit", str(path), "--bootstrap", "0", "--no-store"])
+
+    assert as_json.exit_code == text.exit_code == 0, as_json.output + text.output
+    (check,) = json.loads(as_json.stdout)["schedule_checks"]
+    assert check["config"] == "ngram-k4-dynamic"
+    assert [level["concurrency"] for level in check["levels"]] == [1, 8, 32]
+    assert [level["ratio_to_best"] for level in check["levels"]] == [1.0, 1.0, 0.9]
+    assert check["meets_target"] is False
+    assert "misses the target of 95% of the better fixed choice" in text.stdout
