@@ -25,6 +25,7 @@ from serving.sweep import (
     SweepError,
     SweepTarget,
     engine_for_method,
+    routed_target,
     sweep_target,
     target_for_engine,
 )
@@ -62,7 +63,7 @@ def row_of(target: SweepTarget, stats: LevelStats) -> SweepRow:
 
 
 def _targets(specs: str, engine_configs: list[Path], proxies: list[str], *, base: EngineConfig,
-             k: int, draft_model: Path) -> list[SweepTarget]:
+             k: int, draft_model: Path, allow_empty: bool = False) -> list[SweepTarget]:
     names = [s.strip() for s in specs.split(",") if s.strip()]
     if proxies:
         if len(proxies) != len(names):
@@ -81,8 +82,8 @@ def _targets(specs: str, engine_configs: list[Path], proxies: list[str], *, base
                 config, name=None if config.name == "default" else config.name))
         except (OSError, ValidationError) as exc:
             raise UserError(f"--engine-config {path}: {exc}") from None
-    if not targets:
-        raise UserError("nothing to sweep: give --spec and/or --engine-config")
+    if not targets and not allow_empty:
+        raise UserError("nothing to sweep: give --spec, --engine-config or --route-by-load")
     return targets
 
 
@@ -117,6 +118,10 @@ def sweep(
     proxy: Annotated[list[str] | None, typer.Option(
         help="Drive this running proxy or server instead of starting engines (one per --spec "
         "config, same order).")] = None,
+    route_by_load: Annotated[int | None, typer.Option(
+        min=1, help="Also sweep routing by load: a plain and an ngram engine behind one proxy "
+        "that sends new requests to the ngram engine while at most N are in flight, else to "
+        "the plain one (the schedule done by the proxy instead of vLLM's k=0 path).")] = None,
     model: Annotated[Path | None, typer.Option(help="Target model folder (default: the "
                                                "prepared SmolLM2).")] = None,
     draft_model: Annotated[Path | None, typer.Option(help="Draft model folder for 'draft'.")] =
@@ -150,6 +155,9 @@ def sweep(
     """
     settings = get_settings()
     levels = _levels(concurrency)
+    if route_by_load is not None and proxy:
+        raise typer.BadParameter("--route-by-load starts its own engines; it cannot be "
+                                 "combined with --proxy")
     cache = model_prep.DEFAULT_CACHE_DIR
     if dtype not in ("bfloat16", "float16", "float32", "auto"):
         raise typer.BadParameter("--dtype must be bfloat16, float16, float32 or auto")
@@ -163,7 +171,12 @@ def sweep(
     with user_errors():
         try:
             targets = _targets(spec, engine_config or [], proxy or [], base=base, k=k,
-                               draft_model=draft)
+                               draft_model=draft, allow_empty=route_by_load is not None)
+            if route_by_load is not None:
+                targets.append(routed_target(
+                    engine_for_method("ngram", base=base, k=k, draft_model=None),
+                    engine_for_method("none", base=base, k=k, draft_model=None),
+                    speculate_up_to=route_by_load))
             prompt_set = load_prompts(prompts)
             with progress_bar(sys.stderr.isatty()) as hook:
                 for target in targets:

@@ -64,6 +64,10 @@ def proxy(
     idle_window: Annotated[float, typer.Option(
         help="Seconds after which an idle replica's metering window is closed and its idle "
         "time written.")] = 300.0,
+    speculate_up_to: Annotated[int | None, typer.Option(
+        min=1, help="Route by load: while at most N requests are in flight, send new ones to "
+        "the speculating replicas, above N to the plain (spec=none) ones. Set N to the fitted "
+        "breakeven concurrency. Default: the replica with the fewest in flight.")] = None,
     engines_dir: Annotated[Path, typer.Option(
         help="Folder of engine configs (for --engine).")] = DEFAULT_ENGINES_DIR,
     log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "info",
@@ -96,10 +100,13 @@ def proxy(
     if database_url is not None:
         with user_errors(), open_engine(settings):
             pass  # the schema is current (SQLite is migrated on first use)
-    config = ProxyConfig(
-        replicas=tuple(replicas), database_url=database_url, jsonl_path=jsonl,
-        spill_path=settings.data_dir / "usage-spill.jsonl", read_timeout_s=read_timeout,
-        idle_window_s=idle_window)
+    try:
+        config = ProxyConfig(
+            replicas=tuple(replicas), database_url=database_url, jsonl_path=jsonl,
+            spill_path=settings.data_dir / "usage-spill.jsonl", read_timeout_s=read_timeout,
+            idle_window_s=idle_window, speculate_up_to=speculate_up_to)
+    except ValidationError as exc:
+        raise typer.BadParameter(str(exc.errors()[0]["msg"])) from None
     for spec in replicas:
         _err.print(f"replica {spec.replica_name} ({spec.deployment}, {spec.spec_method}"
                    f"{f' k={spec.spec_k}' if spec.spec_k else ''}, {spec.gpus} GPU) "

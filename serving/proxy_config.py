@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Annotated
 
 import httpx
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
 
 from serving.engine_config import EngineConfig, OtherSpeculation
 
@@ -75,3 +75,17 @@ class ProxyConfig(BaseModel):
     """A metering window closes (idle time written) at the first idle tick after this."""
     sink_batch_size: PositiveInt = 500
     sink_flush_interval_s: float = 0.25
+    speculate_up_to: PositiveInt | None = None
+    """Route by load: while at most this many requests are in flight (the new one included),
+    new requests go to speculating replicas, above it to plain ones. The schedule done by
+    routing, for engines whose k=0 path still costs (a drafter kept at k=0 is not free).
+    None: every request goes to the replica with the fewest in flight."""
+
+    @model_validator(mode="after")
+    def _routing_needs_both_kinds(self) -> ProxyConfig:
+        if self.speculate_up_to is not None:
+            kinds = {replica.spec_method != "none" for replica in self.replicas}
+            if kinds != {True, False}:
+                raise ValueError("speculate_up_to (routing by load) needs at least one "
+                                 "speculating and one plain (spec=none) replica")
+        return self

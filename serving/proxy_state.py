@@ -99,12 +99,18 @@ class ProxyState:
     # -- routing and metering ----------------------------------------------------------------
 
     def pick(self, model: str | None) -> ReplicaState | None:
-        """The replica with the fewest requests in flight, preferring ones not marked down."""
+        """The replica with the fewest requests in flight, preferring ones not marked down;
+        with routing by load, among the speculating or the plain replicas as the load says."""
         candidates = [r for r in self.replicas if r.spec.model in (None, model)] or (
             self.replicas if model is None else [])
         if not candidates:
             return None
         now = self.clock.now_ns()
+        threshold = self.config.speculate_up_to
+        if threshold is not None:
+            speculate = sum(r.in_flight for r in candidates) + 1 <= threshold
+            candidates = [r for r in candidates if (r.spec.spec_method != "none") == speculate
+                          and r.down_until_ns <= now] or candidates
         return min(candidates, key=lambda r: (r.down_until_ns > now, r.in_flight))
 
     def begin(self, replica: ReplicaState, *, attribution: Attribution, endpoint: Endpoint,

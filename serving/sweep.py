@@ -56,6 +56,10 @@ class SweepTarget:
     engine: EngineConfig | None = None
     url: str | None = None
     """A running proxy or vLLM server (then nothing is started)."""
+    plain_engine: EngineConfig | None = None
+    speculate_up_to: int | None = None
+    """Routing by load: ``engine`` speculates, ``plain_engine`` does not, and the proxy sends
+    new requests to the first while at most this many are in flight, else to the second."""
 
 
 def target_for_engine(config: EngineConfig, name: str | None = None) -> SweepTarget:
@@ -133,23 +137,44 @@ def _wait_http(url: str, *, timeout_s: float, process: subprocess.Popen[bytes], 
             time.sleep(0.25)
 
 
+def routed_target(speculating: EngineConfig, plain: EngineConfig, *,
+                  speculate_up_to: int) -> SweepTarget:
+    """A config that routes by load between a speculating and a plain engine."""
+    base = target_for_engine(speculating)
+    return SweepTarget(name=f"routed-{base.name}-up-to-{speculate_up_to}", method=base.method,
+                       k=base.k, engine=speculating, plain_engine=plain,
+                       speculate_up_to=speculate_up_to,
+                       schedule=json.dumps({"speculate_up_to": speculate_up_to}))
+
+
+def _replica_option(engine: EngineConfig, *, deployment: str, gpus: int) -> str:
+    spec = engine.speculation
+    k = getattr(spec, "k", None)
+    method = spec.vllm_method if isinstance(spec, OtherSpeculation) else spec.method
+    return (f"{engine.base_url},gpus={gpus},deployment={deployment},spec={method},"
+            f"model={engine.model_name}" + (f",k={k}" if k else ""))
+
+
 @contextmanager
-def metering_proxy(engine: EngineConfig, *, work_dir: Path, gpus: int) -> Iterator[str]:
-    """Run ``specledger proxy`` in front of ``engine`` until the block ends; yields its URL.
+def metering_proxy(engine: EngineConfig, *, work_dir: Path, gpus: int,
+                   plain: EngineConfig | None = None,
+                   speculate_up_to: int | None = None) -> Iterator[str]:
+    """Run ``specledger proxy`` in front of ``engine`` (and ``plain``, routed by load) until
+    the block ends; yields its URL.
 
     Usage records go to ``<work_dir>/<engine name>.usage.jsonl``, not to the database: they are
     load-test traffic, not chargeable usage.
     """
     port = free_port()
-    spec = engine.speculation
-    k = getattr(spec, "k", None)
-    method = spec.vllm_method if isinstance(spec, OtherSpeculation) else spec.method
-    replica = (f"{engine.base_url},gpus={gpus},deployment={engine.name},spec={method},"
-               f"model={engine.model_name}" + (f",k={k}" if k else ""))
+    replicas = [engine] if plain is None else [engine, plain]
     log_path = work_dir / f"{engine.name}.proxy.log"
-    argv = [sys.executable, "-c", _PROXY_BOOT, "--replica", replica, "--port", str(port),
+    argv = [sys.executable, "-c", _PROXY_BOOT, "--port", str(port),
             "--no-db", "--jsonl", str(work_dir / f"{engine.name}.usage.jsonl"),
             "--log-level", "warning"]
+    for replica in replicas:
+        argv += ["--replica", _replica_option(replica, deployment=engine.name, gpus=gpus)]
+    if speculate_up_to is not None:
+        argv += ["--speculate-up-to", str(speculate_up_to)]
     work_dir.mkdir(parents=True, exist_ok=True)
     with log_path.open("wb") as log:
         process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log,
@@ -179,7 +204,8 @@ async def _served_model(client: httpx.AsyncClient, base_url: str) -> str:
 
 async def _run_levels(base_url: str, *, target: SweepTarget, levels: Sequence[int],
                       requests_per_level: int, warmup: int | None, prompts: Sequence[Prompt],
-                      gpus: int, progress: Progress | None, own_pid: int | None = None
+                      gpus: int, progress: Progress | None,
+                      own_pids: frozenset[int] | set[int] = frozenset()
                       ) -> list[LevelStats]:
     stats = []
     for level in levels:
@@ -197,7 +223,7 @@ async def _run_levels(base_url: str, *, target: SweepTarget, levels: Sequence[in
                                   concurrency=level, measured=requests_per_level,
                                   warmup=level if warmup is None else warmup,
                                   label=target.name, on_measured=report)
-        others = [pid for pid in running_vllm_servers() if pid != own_pid]
+        others = [pid for pid in running_vllm_servers() if pid not in own_pids]
         stats.append(replace(summarize_level(run, gpus=gpus), other_servers=len(others)))
     return stats
 
@@ -267,17 +293,24 @@ def sweep_target(
     if target.engine is None:
         raise SweepError(f"config {target.name!r} has neither an engine nor a URL")
     _wait_for_other_servers(wait_s, progress)
-    engine = EngineConfig.model_validate({**target.engine.model_dump(), "port": free_port(),
-                                          "name": f"sweep-{target.name}"})
-    if progress is not None:
-        progress(f"{target.name}: starting vLLM", 0, 1)
-    handle = launcher.start(engine, work_dir / f"{engine.name}.engine.log",
-                            timeout_s=start_timeout_s, state_dir=engines_dir)
+    engines = [EngineConfig.model_validate({**config.model_dump(), "port": free_port(),
+                                            "name": f"sweep-{target.name}{suffix}"})
+               for config, suffix in ((target.engine, ""), (target.plain_engine, "-plain"))
+               if config is not None]
+    handles: list[launcher.EngineHandle] = []
     try:
-        with metering_proxy(engine, work_dir=work_dir, gpus=gpus) as url:
+        for engine in engines:
+            if progress is not None:
+                progress(f"{target.name}: starting vLLM", 0, 1)
+            handles.append(launcher.start(engine, work_dir / f"{engine.name}.engine.log",
+                                          timeout_s=start_timeout_s, state_dir=engines_dir))
+        with metering_proxy(engines[0], work_dir=work_dir, gpus=gpus,
+                            plain=engines[1] if len(engines) > 1 else None,
+                            speculate_up_to=target.speculate_up_to) as url:
             return asyncio.run(_run_levels(url, target=target, levels=levels,
                                            requests_per_level=requests_per_level, warmup=warmup,
                                            prompts=prompts, gpus=gpus, progress=progress,
-                                           own_pid=handle.pid))
+                                           own_pids={handle.pid for handle in handles}))
     finally:
-        launcher.stop(handle, state_dir=engines_dir)
+        for handle in handles:
+            launcher.stop(handle, state_dir=engines_dir)

@@ -325,3 +325,27 @@ def test_jsonl_log_loads_into_the_database_idempotently(db_url, engine, fake, tm
     assert (first.usage_inserted, first.idle_inserted) == (5, 1)
     assert (again.usage_inserted, again.usage_already_present, again.idle_inserted) == (0, 5, 0)
     assert_gpu_time_conserved(engine, replica="a", gpus=2)
+
+
+def test_routing_by_load_sends_light_load_to_speculation_and_the_rest_to_plain(
+        fake, tmp_path: Path):
+    plain = ReplicaSpec(url="http://fake-p:8000", deployment="smol", name="plain", gpus=2)
+    log = tmp_path / "usage.jsonl"
+    calls = [("/v1/completions", completion(f"SLOW {i}", 40, stream=True), {})
+             for i in range(6)]
+    with serve(proxy_app(fake, None, REPLICA_A, plain, jsonl_path=log,
+                         speculate_up_to=2)) as url:
+        alone = httpx.post(url + "/v1/completions", json=completion("x"), timeout=30)
+        results = run_all(url, calls)
+    assert alone.status_code == 200
+    assert all(result["status"] == 200 for result in results)
+    replicas = [json.loads(line)["replica"] for line in log.read_text().splitlines()
+                if json.loads(line).get("event_id")]
+    # Alone: speculate. Six at once: loads 1 and 2 speculate, loads 3 to 6 go plain.
+    assert replicas[0] == "a"
+    assert sorted(replicas[1:]) == ["a", "a", "plain", "plain", "plain", "plain"]
+
+
+def test_routing_by_load_needs_a_speculating_and_a_plain_replica():
+    with pytest.raises(ValueError, match="at least one speculating and one plain"):
+        ProxyConfig(replicas=(REPLICA_A, REPLICA_B), speculate_up_to=4)

