@@ -8,8 +8,12 @@ takes (a roofline in two terms, see reference/specdecode.md section 3.5-3.6)::
 ``floor_s`` is the memory-bound part (weights read once per step, scheduler and launch overhead);
 it dominates at small ``B`` and is why throughput is not linear in concurrency there.
 ``per_token_s`` is the compute for each token the step processes. ``per_sequence_s`` (KV-cache
-reads, sampling) is 0 unless fitted on purpose: with one speculative ``k`` per sweep it is only
-weakly identifiable.
+reads, sampling, the scheduler's per-request work) is paid once per sequence however many
+tokens it verifies. It is identifiable from one ``k`` when acceptance is measured: the
+baseline's step grows by ``per_sequence_s + per_token_s`` per sequence, a speculative step by
+``per_sequence_s + (k + 1) * per_token_s``. Leaving it out makes verification look too dear and
+the modelled speedup fall too steeply with load (on the CPU sweep in ``examples/`` it moved
+the modelled breakeven from 19 to 29 against a measured crossing at 31).
 
 Plain decoding runs ``t(B, 1)`` per step and emits one token per sequence. Speculation with ``k``
 drafted tokens verifies ``k + 1`` tokens per sequence, pays the drafter, and emits

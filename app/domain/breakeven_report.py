@@ -21,6 +21,7 @@ from app.domain.breakeven import (
     baseline_tokens_per_s,
     breakeven_concurrency,
     inflection_concurrency,
+    is_model_free,
     speculation_schedule,
     speculative_tokens_per_s,
     speedup,
@@ -39,6 +40,10 @@ from app.domain.errors import InvalidInput, NoBreakeven
 
 INFLECTION_SEARCH_FACTOR = 100.0
 """The inflection is searched from measured-min / factor to measured-max * factor."""
+
+
+MIN_LEVELS_FOR_PER_SEQUENCE = 4
+"""Concurrency levels the baseline needs before ``per_sequence_s`` is fitted by default."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -279,7 +284,7 @@ def fit_breakeven(
     max_k: int | None = None,
     max_batch_size: int = 256,
     primary_config: str | None = None,
-    fit_per_sequence: bool = False,
+    fit_per_sequence: bool | None = None,
     bootstrap_range_factor: float = 16.0,
 ) -> BreakevenFit:
     """Fit the step-time model to a sweep and derive breakeven, interval, inflection, schedule.
@@ -299,6 +304,10 @@ def fit_breakeven(
         primary_config: Config reported at the top level; defaults to the first speculative
             config in input order.
         fit_per_sequence: Also fit a per-sequence step cost (needs measured acceptance).
+            None: fit it when every speculative config drafts without a model and has
+            measured acceptance, and the baseline has ``MIN_LEVELS_FOR_PER_SEQUENCE`` levels
+            (a draft model's cost also grows per sequence, which leaves the two terms only
+            weakly separable in noisy data).
         bootstrap_range_factor: Replicates search for the crossing on the measured range
             widened by this factor on both sides.
 
@@ -322,6 +331,12 @@ def fit_breakeven(
     if primary not in names:
         raise InvalidInput(
             f"primary config {primary!r} is not a speculative config of the sweep: {names}"
+        )
+    if fit_per_sequence is None:
+        fit_per_sequence = (
+            all(c.mean_acceptance_length is not None and is_model_free(c.method)
+                for c in sweep.speculative)
+            and len(sweep.baseline.levels) >= MIN_LEVELS_FOR_PER_SEQUENCE
         )
     problem = build_problem(sweep, fit_per_sequence=fit_per_sequence)
     fit = fit_sweep(problem, sweep)

@@ -267,6 +267,26 @@ def test_fit_recovers_breakeven_and_acceptance_when_acceptance_was_not_measured(
     assert fit.primary.mean_acceptance_length == pytest.approx(2.6, rel=0.1)
 
 
+def test_default_fit_sees_a_per_sequence_cost_that_a_two_term_model_misreads():
+    # Close to the CPU sweep in examples/. The curve is flat near the crossing, so 2% noise
+    # moves single fits by up to ~10%; the median over seeds shows the bias, or its absence.
+    step = StepTimeModel(floor_s=0.043, per_token_s=0.001, per_sequence_s=0.00036)
+    spec = SpeculationModel(k=4, mean_acceptance_length=2.9, drafter_overhead_s=0.043)
+    levels = (1, 2, 4, 8, 16, 32, 64)
+    truth = breakeven_concurrency(step, spec, low=1, high=64)
+    errors: dict[bool, list[float]] = {True: [], False: []}
+    for seed in range(7):
+        rows = sweep_rows(step, spec, method="ngram", levels=levels, seed=seed, noise=0.02,
+                          repeats=3)
+        default = fit_breakeven(rows, bootstrap_samples=0)
+        two_term = fit_breakeven(rows, bootstrap_samples=0, fit_per_sequence=False)
+        assert "per_sequence_s" in {p.name for p in default.parameters}
+        errors[True].append(default.breakeven_concurrency / truth - 1)
+        errors[False].append(two_term.breakeven_concurrency / truth - 1)
+    assert abs(float(np.median(errors[True]))) < 0.05
+    assert float(np.median(errors[False])) < -0.2
+
+
 def test_exact_data_recovers_parameters_with_per_sequence_term():
     step = StepTimeModel(floor_s=0.02, per_token_s=0.001, per_sequence_s=0.0005)
     spec = SpeculationModel(k=3, mean_acceptance_length=2.0, drafter_overhead_s=0.001)
