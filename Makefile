@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml | $(BIN)/python
 install: $(STAMP)
 
 ## The main job on the embedded defaults (SQLite under ./.specledger, local files).
-demo: install
+demo: install serving-env
 	$(BIN)/specledger demo
 
 ## Start PostgreSQL if needed and create the test database.

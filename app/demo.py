@@ -89,7 +89,7 @@ def run_demo(engine: Engine, settings: Settings, *, step: Step, sweep: bool = Tr
         launcher.stop(handle)
     finished = datetime.now(UTC)
     if sweep:
-        step("breakeven sweep: no speculation vs ngram k=4 at concurrency 1-8")
+        step("breakeven sweep: no speculation vs ngram k=4 at concurrency 1-32")
         result.sweep_csv = _sweep(data_dir, settings)
     result.month = month_of(started)
     step(f"writing a synthetic FOCUS bill for {DEPLOYMENT} and ingesting it")
@@ -167,7 +167,7 @@ def _sweep(data_dir: Path, settings: Settings) -> Path:
     out = data_dir / "demo-sweep.csv"
     subprocess.run(
         [sys.executable, "-c", "from app.cli import main; main()", "breakeven", "sweep",
-         "--concurrency", "1,2,4,8", "--spec", "none,ngram", "--requests-per-level", "8",
+         "--concurrency", "1,4,16,32", "--spec", "none,ngram", "--requests-per-level", "8",
          "--out", str(out)], check=True)
     return out
 
@@ -208,7 +208,13 @@ def sweep_fit_summary(csv_path: Path) -> str:
     """One line on the fitted breakeven of the demo sweep."""
     from app.breakeven.service import fit_sweep_file
 
-    outcome = fit_sweep_file(None, path=csv_path)
-    body = outcome.body
-    return (f"breakeven concurrency {body.get('breakeven_concurrency')} "
-            f"(95% CI {body.get('breakeven_ci')}), schedule {json.dumps(body.get('schedule'))}")
+    primary = fit_sweep_file(None, path=csv_path).fit.primary
+    schedule = json.dumps([list(band) for band in primary.schedule])
+    if primary.breakeven_concurrency is None:
+        return (f"no breakeven in concurrency {primary.concurrency_low:g}-"
+                f"{primary.concurrency_high:g} (speedup {primary.speedup_at_low:.2f}x to "
+                f"{primary.speedup_at_high:.2f}x), schedule {schedule}")
+    ci = primary.breakeven_ci
+    interval = f" (95% CI {ci[0]:.1f}-{ci[1]:.1f})" if ci else ""
+    return (f"speculation pays below {primary.breakeven_concurrency:.1f} concurrent requests"
+            f"{interval}, schedule {schedule}")

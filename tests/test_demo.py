@@ -13,7 +13,7 @@ pytestmark = [pytest.mark.serving, pytest.mark.xdist_group("vllm")]
 
 @pytest.mark.skipif(not (ROOT / ".venv-vllm/bin/python").exists(),
                     reason="the vLLM engine is not installed (make serving-env)")
-def test_demo_runs_end_to_end_without_serving(tmp_path: Path,
+def test_demo_runs_end_to_end_with_its_sweep_without_serving(tmp_path: Path,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
     from app.settings import get_settings
 
@@ -25,7 +25,7 @@ def test_demo_runs_end_to_end_without_serving(tmp_path: Path,
     (tmp_path / "data" / "models").symlink_to(ROOT / ".specledger" / "models")
     get_settings.cache_clear()
     try:
-        result = CliRunner().invoke(app, ["demo", "--no-serve", "--no-sweep"])
+        result = CliRunner().invoke(app, ["demo", "--no-serve"])
     finally:
         get_settings.cache_clear()
     assert result.exit_code == 0, result.output + str(result.exception)
@@ -36,3 +36,7 @@ def test_demo_runs_end_to_end_without_serving(tmp_path: Path,
         assert team in out
     assert "Admin API key (shown once): slk_" in out
     assert "/dashboards/cost?key=slk_" in out
+    sweep_line = next(line for line in out.splitlines() if line.startswith("Sweep: "))
+    assert "schedule [[1, " in sweep_line
+    assert "speculation pays below" in sweep_line or "no breakeven in concurrency 1-32" in (
+        sweep_line)
