@@ -144,13 +144,13 @@ def _text(path: Path, row: int, column: str, raw: Any) -> str:
 
 
 def _acceptance(path: Path, row: int, cells: dict[str, Any], *, k: int,
-                baseline: bool) -> tuple[float, float]:
+                baseline: bool, optional: bool = False) -> tuple[float, float]:
     rate = _number(path, row, "acceptance_rate", cells["acceptance_rate"], required=False)
     length = _number(path, row, "mean_acceptance_length", cells["mean_acceptance_length"],
                      required=False)
     if baseline:
         return math.nan, math.nan  # a baseline drafts nothing; whatever is there is ignored
-    if math.isnan(rate) and math.isnan(length):
+    if math.isnan(rate) and math.isnan(length) and not optional:
         raise SweepFileError(path, "a speculative row needs mean_acceptance_length or "
                              "acceptance_rate; both are missing or NaN", row=row,
                              column="mean_acceptance_length")
@@ -175,7 +175,12 @@ def _parse_row(path: Path, row: int, cells: dict[str, Any], extra: Sequence[str]
     concurrency = _integer(path, row, "concurrency", cells["concurrency"], minimum=1)
     rate = _positive(path, row, "output_tokens_per_s", cells["output_tokens_per_s"])
     tpot = _positive(path, row, "tpot_p50_s", cells["tpot_p50_s"])
-    acceptance_rate, length = _acceptance(path, row, cells, k=k, baseline=baseline)
+    schedule_raw = cells.get(SCHEDULE_COLUMN)
+    schedule = str(schedule_raw).strip() if schedule_raw not in (None, "") else None
+    # A scheduled row is compared, not fitted: it may have drafted nothing (k=0 at its load,
+    # or every request routed to a plain replica).
+    acceptance_rate, length = _acceptance(path, row, cells, k=k,
+                                          baseline=baseline, optional=schedule is not None)
     metrics: dict[str, float | str | None] = {}
     requests_per_s = None
     for name in extra:
@@ -191,8 +196,6 @@ def _parse_row(path: Path, row: int, cells: dict[str, Any], extra: Sequence[str]
             requests_per_s = None if math.isnan(value) else value
         else:
             metrics[name] = None if math.isnan(value) else value
-    schedule_raw = cells.get(SCHEDULE_COLUMN)
-    schedule = str(schedule_raw).strip() if schedule_raw not in (None, "") else None
     point = SweepPoint(config=config, method=method, k=k, concurrency=concurrency,
                        output_tokens_per_s=rate, tpot_p50_s=tpot,
                        acceptance_rate=acceptance_rate, mean_acceptance_length=length)
