@@ -79,6 +79,10 @@ def apply(
                                                   "`breakeven fit --json`.")] = None,
     engines_dir: Annotated[Path, typer.Option(help="Folder of engine configs.")] =
         DEFAULT_ENGINES_DIR,
+    min_k: Annotated[int, typer.Option(
+        min=0, help="Raise bands below this k to it. vLLM's k=0 path with the drafter loaded "
+        "ran slower than plain decoding (and than k=4) on the example CPU sweep; --min-k 1 "
+        "keeps drafting one token there instead.")] = 0,
 ) -> None:
     """Write the fitted speculation schedule into a deployment's engine config.
 
@@ -90,7 +94,8 @@ def apply(
             session.begin():
         try:
             applied = service.apply_schedule(session, deployment=deployment, sweep_id=sweep,
-                                             fit_path=fit_file, engines_dir=engines_dir)
+                                             fit_path=fit_file, engines_dir=engines_dir,
+                                             min_k=min_k)
         except service.BreakevenError as exc:
             raise UserError(str(exc)) from None
     bands = json.dumps([[b.start, b.end, b.k] for b in applied.bands])

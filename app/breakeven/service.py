@@ -215,6 +215,18 @@ def _schedule_of(body: dict[str, Any], source: str) -> tuple[tuple[BatchSizeBand
     return bands, method, k
 
 
+def raise_bands(bands: Sequence[BatchSizeBand], min_k: int) -> tuple[BatchSizeBand, ...]:
+    """Bands with every k below ``min_k`` raised to it, adjacent bands of equal k merged."""
+    merged: list[BatchSizeBand] = []
+    for band in bands:
+        k = max(band.k, min_k)
+        if merged and merged[-1].k == k and merged[-1].end + 1 == band.start:
+            merged[-1] = BatchSizeBand(start=merged[-1].start, end=band.end, k=k)
+        else:
+            merged.append(BatchSizeBand(start=band.start, end=band.end, k=k))
+    return tuple(merged)
+
+
 def _load_engine(name: str, path: Path, stored: dict[str, Any] | None) -> EngineConfig:
     try:
         if path.is_file():
@@ -267,6 +279,7 @@ def apply_schedule(
     sweep_id: int | None = None,
     fit_path: Path | None = None,
     engines_dir: Path,
+    min_k: int = 0,
 ) -> AppliedSchedule:
     """Write a fitted speculation schedule into a deployment's engine config.
 
@@ -280,6 +293,10 @@ def apply_schedule(
         sweep_id: Take the fit stored with this sweep.
         fit_path: Take the fit from a ``breakeven fit --json`` file instead.
         engines_dir: Folder of engine configs.
+        min_k: Raise bands below this k to it (adjacent equal bands merge). 1 keeps the
+            drafter drafting where the fit says k=0: vLLM's k=0 path with a drafter loaded is
+            slower than plain decoding, so where the engine keeps its drafter anyway, drafting
+            one token can beat not drafting.
 
     Returns:
         The new engine config and where it was written.
@@ -294,6 +311,8 @@ def apply_schedule(
         raise BreakevenError(str(exc)) from None
     body, source = _fit_body(session, sweep_id=sweep_id, fit_path=fit_path)
     bands, method, k = _schedule_of(body, source)
+    if min_k > 0:
+        bands = raise_bands(bands, min_k)
     path = engine_config_path(deployment, engines_dir)
     engine = _load_engine(deployment, path, record.engine_config)
     updated, note = _with_schedule(engine, bands, method=method, k=k)

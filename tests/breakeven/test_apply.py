@@ -1,5 +1,6 @@
 """`specledger breakeven apply`: the fitted schedule reaches the registry and the engine file."""
 
+import itertools
 import json
 from pathlib import Path
 
@@ -117,3 +118,32 @@ def test_apply_errors_are_clear(cli_env: str, tmp_path: Path, setup: str, args: 
     result = runner.invoke(app, ["breakeven", "apply", *args, "--engines-dir", str(engines)])
     assert result.exit_code == 2, result.output
     assert message in " ".join(result.stderr.split())
+
+
+def test_min_k_keeps_the_drafter_drafting_where_the_fit_says_k0(
+        cli_env: str, tmp_path: Path) -> None:
+    engines = tmp_path / "engines"
+    path = _deployment("smol", engines)
+    body = _fit(tmp_path)
+    fitted = body["schedule"]
+    assert isinstance(fitted, list)
+    assert fitted[-1][2] == 0  # the fit turns drafting off
+    result = runner.invoke(app, ["breakeven", "apply", "--deployment", "smol", "--min-k", "1",
+                                 "--engines-dir", str(engines)])
+    assert result.exit_code == 0, result.output
+    config = load_engine_config(path)
+    assert config.batch_size_schedule is not None
+    bands = [[b.start, b.end, b.k] for b in config.batch_size_schedule]
+    assert min(k for _, _, k in bands) == 1
+    assert (bands[0][0], bands[-1][1]) == (1, fitted[-1][1])
+    assert all(a[1] + 1 == b[0] and a[2] != b[2] for a, b in itertools.pairwise(bands))
+
+
+def test_raise_bands_merges_equal_neighbours() -> None:
+    from app.breakeven.service import raise_bands
+    from serving.engine_config import BatchSizeBand
+
+    bands = [BatchSizeBand(start=1, end=8, k=4), BatchSizeBand(start=9, end=20, k=1),
+             BatchSizeBand(start=21, end=256, k=0)]
+    assert [(b.start, b.end, b.k) for b in raise_bands(bands, 1)] == [(1, 8, 4), (9, 256, 1)]
+    assert raise_bands(bands, 0) == tuple(bands)
