@@ -44,7 +44,7 @@ def test_apply_writes_the_schedule_to_the_engine_file_and_the_registry(
     engines = tmp_path / "engines"
     path = _deployment("smol", engines)
     body = _fit(tmp_path)
-    result = runner.invoke(app, ["breakeven", "apply", "--deployment", "smol",
+    result = runner.invoke(app, ["breakeven", "apply", "--deployment", "smol", "--min-k", "0",
                                  "--engines-dir", str(engines)])
     assert result.exit_code == 0, result.output
     assert f"from sweep {body['sweep_id']}" in result.stdout
@@ -128,8 +128,8 @@ def test_min_k_keeps_the_drafter_drafting_where_the_fit_says_k0(
     fitted = body["schedule"]
     assert isinstance(fitted, list)
     assert fitted[-1][2] == 0  # the fit turns drafting off
-    result = runner.invoke(app, ["breakeven", "apply", "--deployment", "smol", "--min-k", "1",
-                                 "--engines-dir", str(engines)])
+    result = runner.invoke(app, ["breakeven", "apply", "--deployment", "smol",
+                                 "--engines-dir", str(engines)])  # --min-k 1 by default
     assert result.exit_code == 0, result.output
     config = load_engine_config(path)
     assert config.batch_size_schedule is not None

@@ -25,4 +25,4 @@ def test_the_kept_fit_is_the_fit_of_the_kept_sweep() -> None:
         outcome.body["breakeven_concurrency"], rel=1e-6)
     assert kept["schedule"] == outcome.body["schedule"]
     assert [check["config"] for check in kept["schedule_checks"]] == [
-        "cpu-smollm2", "routed-ngram-k4-up-to-29"]
+        "cpu-smollm2", "routed-ngram-k4-up-to-29", "cpu-smollm2-min-k1"]
