@@ -31,6 +31,7 @@ from serving.engine_config import (
     OtherSpeculation,
 )
 from serving.loadgen import LevelStats, Prompt, run_level, summarize_level
+from serving.proxy_config import ReplicaSpec
 
 Progress = Callable[[str, int, int], None]
 
@@ -148,11 +149,11 @@ def routed_target(speculating: EngineConfig, plain: EngineConfig, *,
 
 
 def _replica_option(engine: EngineConfig, *, deployment: str, gpus: int) -> str:
-    spec = engine.speculation
-    k = getattr(spec, "k", None)
-    method = spec.vllm_method if isinstance(spec, OtherSpeculation) else spec.method
-    return (f"{engine.base_url},gpus={gpus},deployment={deployment},spec={method},"
-            f"model={engine.model_name}" + (f",k={k}" if k else ""))
+    """The engine as a ``specledger proxy --replica`` value."""
+    spec = ReplicaSpec.from_engine(engine, gpus=gpus, deployment=deployment)
+    return (f"{spec.base_url},gpus={spec.gpus},deployment={spec.deployment},"
+            f"spec={spec.spec_method},model={spec.model}"
+            + (f",k={spec.spec_k}" if spec.spec_k else ""))
 
 
 @contextmanager

@@ -105,13 +105,21 @@ def _focus_rows(shares: list[tuple[LedgerEntry, BillingRow]], run_id: int) -> li
             "AllocatedResourceId": entry.event_id or (
                 f"idle:{entry.deployment}" if entry.kind == "idle" else None),
             "AllocatedResourceName": entry.session_id,
-            "AllocatedTags": json.dumps({k: v for k, v in {
-                "team": entry.team, "session": entry.session_id,
-                "deployment": entry.deployment}.items() if v is not None}),
+            "AllocatedTags": _allocated_tags(entry),
             "x_SourceBillingRowId": row.id,
         })
         out.append(record)
     return out
+
+
+def _focus_time(value: datetime) -> str:
+    return f"{value:%Y-%m-%dT%H:%M:%SZ}"
+
+
+def _allocated_tags(entry: LedgerEntry) -> str:
+    return json.dumps({k: v for k, v in {"team": entry.team, "session": entry.session_id,
+                                         "deployment": entry.deployment}.items()
+                       if v is not None})
 
 
 _PAYER_COLUMNS = ("BillingAccountId", "BillingAccountName", "BillingAccountType",
@@ -130,13 +138,13 @@ def _adjustment_row(entry: LedgerEntry, month: str, payer: dict[str, Any],
     its billing was re-delivered. List and contracted cost are not restated (zero)."""
     start, end = month_bounds(month)
     adjusted_kind = entry.method.split(":", 1)[-1]
-    stamp = "{:%Y-%m-%dT%H:%M:%SZ}".format
     return {
         **payer,
-        "BillingPeriodStart": stamp(start), "BillingPeriodEnd": stamp(end),
-        "ChargePeriodStart": stamp(entry.charge_period_start) if entry.charge_period_start
-        else None,
-        "ChargePeriodEnd": stamp(entry.charge_period_end) if entry.charge_period_end else None,
+        "BillingPeriodStart": _focus_time(start), "BillingPeriodEnd": _focus_time(end),
+        "ChargePeriodStart": _focus_time(entry.charge_period_start)
+        if entry.charge_period_start else None,
+        "ChargePeriodEnd": _focus_time(entry.charge_period_end)
+        if entry.charge_period_end else None,
         "ChargeCategory": "Adjustment", "ChargeClass": "Correction",
         "ChargeDescription": f"SpecLedger restatement of {entry.corrects_month} "
                              f"({adjusted_kind} share) after its billing was re-delivered",
@@ -150,9 +158,7 @@ def _adjustment_row(entry: LedgerEntry, month: str, payer: dict[str, Any],
             "x_AllocationRunId": run_id}),
         "AllocatedResourceId": f"idle:{entry.deployment}" if adjusted_kind == "idle" else None,
         "AllocatedResourceName": entry.session_id,
-        "AllocatedTags": json.dumps({k: v for k, v in {
-            "team": entry.team, "session": entry.session_id,
-            "deployment": entry.deployment}.items() if v is not None}),
+        "AllocatedTags": _allocated_tags(entry),
         "x_CorrectsMonth": entry.corrects_month,
     }
 
@@ -162,7 +168,7 @@ def _source_columns(row: BillingRow) -> dict[str, Any]:
     for db_name, focus_name in FOCUS_OF_DB.items():
         value = getattr(row, db_name)
         if isinstance(value, datetime):
-            value = f"{value:%Y-%m-%dT%H:%M:%SZ}"
+            value = _focus_time(value)
         elif focus_name == "Tags":
             value = json.dumps(value) if value is not None else None
         record[focus_name] = value
