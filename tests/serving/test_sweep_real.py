@@ -69,5 +69,8 @@ def test_tiny_sweep_of_none_and_ngram(tmp_path: Path, monkeypatch: pytest.Monkey
             record = json.loads(line)
             if record.get("event_id") and record.get("status") == "ok":
                 methods[record["tags"]["concurrency"]].add(record["spec_method"])
+    # One session never has another request in flight (it speculates); four sessions in steady
+    # state find three (plain). Whether a level-2 or level-4 request finds at most one in flight
+    # depends on when the proxy closes the previous request, so that is not asserted.
     assert methods["1"] == {"ngram"}
-    assert methods["4"] == {"ngram", "none"}
+    assert "none" in methods["4"]
