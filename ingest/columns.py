@@ -85,39 +85,52 @@ def _parse_distinct(
     *,
     tags: bool,
 ) -> tuple[pa.Array, dict[int, str]]:
-    """Parse each distinct value once; canonical money goes through Arrow in bulk."""
+    """Parse each distinct value once: canonical numbers in bulk with Arrow, the rest in
+    Python. Returns the parsed dictionary (null where null or unparseable) and the errors."""
     out_type = _output_type(kind)
-    parsed: list[Any] = [None] * len(dictionary)
-    todo = ~is_null
-    if kind is Kind.money:
-        canonical = pc.match_substring_regex(dictionary, f"^{cells.CANONICAL_NUMBER.pattern}$")
-        fast = todo & canonical.to_numpy(zero_copy_only=False)
-        micros = _canonical_micros(dictionary.filter(pa.array(fast)))
-        if micros is not None:
-            for i, value in zip(np.flatnonzero(fast), micros, strict=True):
-                parsed[i] = int(value)
-            todo = todo & ~fast
-    if kind is Kind.decimal:
-        # Canonical numbers are kept as written; only the others need Python.
-        canonical = pc.match_substring_regex(dictionary, f"^{cells.CANONICAL_NUMBER.pattern}$")
-        keep = todo & canonical.to_numpy(zero_copy_only=False)
-        texts_kept = dictionary.filter(pa.array(keep)).to_pylist()
-        for i, value in zip(np.flatnonzero(keep), texts_kept, strict=True):
-            parsed[i] = value
-        todo = todo & ~keep
+    size = len(dictionary)
+    parsed, done = _parse_canonical_numbers(kind, dictionary, ~is_null)
+    if parsed is None:
+        parsed = pa.nulls(size, out_type)
+    remaining = np.flatnonzero(~is_null & ~done)
+    if remaining.size == 0:
+        return parsed, {}
     errors: dict[int, str] = {}
     parse = _parser_for(column, kind, tags=tags)
-    remaining = np.flatnonzero(todo)
-    texts = dict(zip(remaining, dictionary.filter(pa.array(todo)).to_pylist(), strict=True))
-    for i in remaining:
+    slow: list[Any] = []
+    for i, text in zip(remaining, dictionary.take(pa.array(remaining)).to_pylist(), strict=True):
         try:
-            parsed[i], repair = parse(texts[i])
+            value, repair = parse(text)
         except ValueError as exc:
             errors[int(i)] = str(exc)
-            continue
+            value, repair = None, None
+        slow.append(value)
         if repair:
             result.repairs[repair] += int(counts[i])
-    return pa.array(parsed, type=out_type), errors
+    # Slot i takes the slow result where one was computed, else the bulk one.
+    positions = np.arange(size)
+    positions[remaining] = size + np.arange(remaining.size)
+    combined = pa.concat_arrays([parsed, pa.array(slow, type=out_type)])
+    return combined.take(pa.array(positions)), errors
+
+
+def _parse_canonical_numbers(kind: Kind, dictionary: pa.Array,
+                             wanted: np.ndarray) -> tuple[pa.Array | None, np.ndarray]:
+    """Money and decimal values already written canonically, parsed without Python: the
+    parsed dictionary (or None) and the mask of slots it settled."""
+    none = np.zeros(len(dictionary), dtype=bool)
+    if kind not in (Kind.money, Kind.decimal):
+        return None, none
+    canonical = pc.match_substring_regex(dictionary, f"^{cells.CANONICAL_NUMBER.pattern}$")
+    done = wanted & pc.fill_null(canonical, False).to_numpy(zero_copy_only=False)
+    if kind is Kind.decimal:  # canonical decimal text is kept as written
+        return pc.if_else(pa.array(done), dictionary, pa.scalar(None, pa.string())), done
+    micros = _canonical_micros(dictionary.filter(pa.array(done)))
+    if micros is None:
+        return None, none
+    values = np.zeros(len(dictionary), dtype=np.int64)
+    values[done] = micros
+    return pa.array(values, mask=~done), done
 
 
 def _canonical_micros(texts: pa.Array) -> np.ndarray | None:
@@ -221,20 +234,27 @@ def _maps_to_json_text(raw: pa.Array) -> pa.Array:
     return pa.array(values, pa.string())
 
 
+_NEEDS_JSON_ESCAPE = r'["\\\x00-\x1f]'
+"""A quote, a backslash or a control character: JSON must escape these inside a string."""
+
+
 def json_fragments(kind: Kind, values: pa.Array) -> pa.Array:
-    """Each value as a JSON fragment (a quoted string, or an object for JSON columns)."""
+    """Each value as a JSON fragment (a quoted string, or an object for JSON columns).
+
+    Values that need escaping are rare in billing data, so only they go through ``json.dumps``.
+    """
     if kind is Kind.json:
         return values
     if pa.types.is_timestamp(values.type):
         values = pc.strftime(values, format="%Y-%m-%dT%H:%M:%SZ")
     elif not pa.types.is_string(values.type):
         values = values.cast(pa.string())
-    escaped = pc.replace_substring(values, "\\", "\\\\")
-    escaped = pc.replace_substring(escaped, '"', '\\"')
-    escaped = pc.replace_substring_regex(escaped, "\n", "\\\\n")
-    escaped = pc.replace_substring_regex(escaped, "\r", "\\\\r")
-    escaped = pc.replace_substring_regex(escaped, "\t", "\\\\t")
-    return pc.binary_join_element_wise('"', escaped, '"', "")
+    quoted = pc.binary_join_element_wise('"', values, '"', "")
+    needs_escape = pc.fill_null(pc.match_substring_regex(values, _NEEDS_JSON_ESCAPE), False)
+    if not pc.any(needs_escape).as_py():
+        return quoted
+    escaped = [json.dumps(v, ensure_ascii=False) for v in values.filter(needs_escape).to_pylist()]
+    return pc.replace_with_mask(quoted, needs_escape, pa.array(escaped, pa.string()))
 
 
 def json_objects(named_fragments: list[tuple[str, pa.Array]], length: int) -> pa.Array:

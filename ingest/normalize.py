@@ -112,7 +112,9 @@ def normalise_file(raw: RawFile, options: NormaliseOptions) -> NormalisedFile:
         out.rejected = sorted(problems, key=lambda p: (p.row or 0, p.column or ""))
         bad[[p.row - 1 for p in problems if p.row is not None]] = True
 
-    out.table = _output_table(results, provider_results, length).filter(pa.array(~bad))
+    out.table = _output_table(results, provider_results, length)
+    if bad.any():
+        out.table = out.table.filter(pa.array(~bad))
     return out
 
 

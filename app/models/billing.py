@@ -3,7 +3,7 @@
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, ForeignKey, Index, Integer, String, Text
+from sqlalchemy import JSON, BigInteger, Index, Integer, String, Text
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Mapped, mapped_column
 
@@ -46,13 +46,13 @@ class BillingRow(Base):
     """One FOCUS cost-and-usage row, normalised. Money in integer micros of billing_currency."""
 
     __tablename__ = "billing_rows"
-    # Only the delivery index: a million-row load pays for every index, and every query goes
-    # through the (current) deliveries of a billing period first.
+    # Only the delivery index and no foreign key: a million-row load pays for every index and
+    # for one key lookup per row, and every query goes through the (current) deliveries of a
+    # billing period first. Only the loader writes rows, with their delivery, in one
+    # transaction; deliveries are superseded, never deleted.
 
     id: Mapped[int] = mapped_column(BigIntId, primary_key=True, autoincrement=True)
-    delivery_id: Mapped[int] = mapped_column(
-        BigInteger, ForeignKey("billing_deliveries.id", ondelete="CASCADE"), index=True
-    )
+    delivery_id: Mapped[int] = mapped_column(BigInteger, index=True)
     source_file: Mapped[str] = mapped_column(String(1024))
     source_row: Mapped[int] = mapped_column(Integer)
     """1-based data row number in ``source_file`` (the header is not counted)."""

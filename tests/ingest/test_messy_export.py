@@ -2,12 +2,14 @@
 
 import csv
 from decimal import Decimal
+from pathlib import Path
 
 from sqlalchemy import Engine, select
 
 from app.models import BillingRow
 from ingest.service import IngestOptions, ingest_billing
 from tests.conftest import FIXTURES
+from tests.ingest.helpers import HEADER, focus_row, write_focus_csv
 
 MESSY = FIXTURES / "aws_focus_1_0_messy.csv"
 
@@ -57,3 +59,19 @@ def test_messy_export_rows_are_normalised(engine: Engine) -> None:
     assert rows[-1].billed_cost_micros == -100_000_000
     assert rows[-1].charge_category == "Credit"
     assert all(r.billed_cost_micros == 21_957_642 for r in rows[:48])
+
+
+def test_text_that_json_must_escape_is_kept_exactly(engine: Engine, tmp_path: Path) -> None:
+    """Quotes, backslashes and control characters in columns kept as JSON round-trip."""
+    awkward = 'say "hi"\\ tab\there\x01 line\nbreak'
+    header = [*HEADER, "AvailabilityZone", "x_Note"]
+    path = write_focus_csv(tmp_path / "awkward.csv", [
+        focus_row(AvailabilityZone=awkward, x_Note=awkward),
+        focus_row(hour=1, AvailabilityZone="plain", x_Note="plain"),
+    ], header)
+    ingest_billing(engine, str(path), IngestOptions())
+    with engine.connect() as conn:
+        rows = conn.execute(select(BillingRow).order_by(BillingRow.source_row)).all()
+    assert rows[0].focus_columns["AvailabilityZone"] == awkward
+    assert rows[0].provider_columns["x_Note"] == awkward
+    assert rows[1].focus_columns["AvailabilityZone"] == "plain"
