@@ -3,8 +3,11 @@
 Runs inside the caller's transaction (the SQLAlchemy connection's DB-API connection).
 """
 
+import gc
 import io
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -52,9 +55,25 @@ def _copy_postgres(conn: Connection, table_name: str, rows: pa.Table) -> None:
 
 
 def _executemany(conn: Connection, table_name: str, rows: pa.Table) -> None:
+    """executemany in batches, with the garbage collector paused: millions of fresh tuples
+    would trigger full collections that find nothing to free."""
     names = rows.column_names
     statement = (f"INSERT INTO {table_name} ({', '.join(names)}) "
                  f"VALUES ({', '.join('?' * len(names))})")
     cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
-    for batch in rows.to_batches(max_chunksize=_BATCH_ROWS):
-        cursor.executemany(statement, zip(*(c.to_pylist() for c in batch.columns), strict=True))
+
+    with _gc_paused():
+        for batch in rows.to_batches(max_chunksize=_BATCH_ROWS):
+            cursor.executemany(statement, zip(*(c.to_pylist() for c in batch.columns),
+                                              strict=True))
+
+
+@contextmanager
+def _gc_paused() -> Iterator[None]:
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
