@@ -1,4 +1,5 @@
-"""Fast bulk inserts of Arrow tables: COPY on PostgreSQL, executemany on SQLite.
+"""Fast bulk inserts of Arrow tables: COPY on PostgreSQL (binary where every column's type
+allows, else CSV), executemany on SQLite.
 
 Runs inside the caller's transaction (the SQLAlchemy connection's DB-API connection).
 """
@@ -14,16 +15,29 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 from sqlalchemy import Connection
 
+from app import pg_copy_binary as pg_binary
+
 _BATCH_ROWS = 50_000
 
 
 def bulk_insert(conn: Connection, table_name: str, rows: pa.Table) -> None:
     """Insert every row of ``rows`` (columns named as in the table) into ``table_name``."""
-    rows = _times_as_text(rows)
     if conn.dialect.name == "postgresql":
-        _copy_postgres(conn, table_name, rows)
+        pg_types = _postgres_column_types(conn, table_name)
+        if all(pg_binary.can_encode(f.type, pg_types.get(f.name, "")) for f in rows.schema):
+            _copy_postgres_binary(conn, table_name, rows, pg_types)
+        else:
+            _copy_postgres(conn, table_name, _times_as_text(rows))
     else:
-        _executemany(conn, table_name, rows)
+        _executemany(conn, table_name, _times_as_text(rows))
+
+
+def _postgres_column_types(conn: Connection, table_name: str) -> dict[str, str]:
+    result = conn.exec_driver_sql(
+        "SELECT a.attname, t.typname FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid "
+        "WHERE a.attrelid = %(table)s::regclass AND a.attnum > 0 AND NOT a.attisdropped",
+        {"table": table_name})
+    return {row[0]: row[1] for row in result}
 
 
 def _times_as_text(rows: pa.Table) -> pa.Table:
@@ -52,6 +66,23 @@ def _copy_postgres(conn: Connection, table_name: str, rows: pa.Table) -> None:
     with cursor.copy(statement) as copy, ThreadPoolExecutor(max_workers=1) as formatter:
         for chunk in formatter.map(as_csv, rows.to_batches(max_chunksize=_BATCH_ROWS)):
             copy.write(chunk)
+
+
+def _copy_postgres_binary(conn: Connection, table_name: str, rows: pa.Table,
+                          pg_types: dict[str, str]) -> None:
+    """COPY in PostgreSQL's binary format; a thread encodes the next chunk meanwhile."""
+    cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
+    statement = (f"COPY {table_name} ({', '.join(rows.column_names)}) "
+                 "FROM STDIN WITH (FORMAT binary)")
+
+    def encode(batch: pa.RecordBatch) -> pa.Buffer:
+        return pg_binary.encode_rows(batch, pg_types)
+
+    with cursor.copy(statement) as copy, ThreadPoolExecutor(max_workers=1) as encoder:
+        copy.write(pg_binary.SIGNATURE)
+        for chunk in encoder.map(encode, rows.to_batches(max_chunksize=_BATCH_ROWS)):
+            copy.write(memoryview(chunk))
+        copy.write(pg_binary.TRAILER)
 
 
 def _executemany(conn: Connection, table_name: str, rows: pa.Table) -> None:
