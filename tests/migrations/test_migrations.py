@@ -17,6 +17,11 @@ def test_upgrade_downgrade_upgrade_and_no_drift(db_url: str, migrated_engine) ->
         assert set(Base.metadata.tables) <= set(inspect(engine).get_table_names())
         with engine.connect() as conn:
             assert compare_metadata(MigrationContext.configure(conn), Base.metadata) == []
+            if engine.dialect.name == "postgresql":  # autogenerate does not compare index kinds
+                definition = conn.exec_driver_sql(
+                    "SELECT indexdef FROM pg_indexes "
+                    "WHERE indexname = 'ix_billing_rows_delivery_id'").scalar_one()
+                assert "USING brin" in definition
         assert migrate.current_revision(engine) == migrate.head_revision(db_url)
     finally:
         engine.dispose()
