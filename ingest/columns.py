@@ -49,6 +49,10 @@ def normalise_column(column: FocusColumn | None, raw: pa.Array, *, tags: bool = 
 
 
 def _text_column(column: FocusColumn | None, kind: Kind, raw: pa.Array, *, tags: bool) -> ColumnResult:
+    if kind in (Kind.money, Kind.decimal):
+        canonical = _canonical_number_column(kind, raw)
+        if canonical is not None:
+            return ColumnResult(values=canonical)
     encoded = pc.dictionary_encode(raw)
     dictionary: pa.Array = encoded.dictionary
     indices = pc.fill_null(encoded.indices, -1).to_numpy(zero_copy_only=False)
@@ -131,6 +135,20 @@ def _parse_canonical_numbers(kind: Kind, dictionary: pa.Array,
     values = np.zeros(len(dictionary), dtype=np.int64)
     values[done] = micros
     return pa.array(values, mask=~done), done
+
+
+def _canonical_number_column(kind: Kind, raw: pa.Array) -> pa.Array | None:
+    """A number column whose every value is null or canonical, converted without looking at
+    distinct values (most amounts are distinct, so that would only cost a hash table);
+    None when any value needs the general path."""
+    canonical = pc.match_substring_regex(raw, f"^{cells.CANONICAL_NUMBER.pattern}$")
+    if not pc.all(pc.fill_null(canonical, True)).as_py():
+        return None
+    if kind is Kind.decimal:
+        return raw.cast(pa.string())
+    valid = pc.is_valid(raw).to_numpy(zero_copy_only=False)
+    micros = _canonical_micros(pc.fill_null(raw, "0"))
+    return None if micros is None else pa.array(micros, mask=~valid)
 
 
 def _canonical_micros(texts: pa.Array) -> np.ndarray | None:
