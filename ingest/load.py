@@ -1,4 +1,9 @@
-"""Idempotent load of one source's billing period: replace it as a whole, in one transaction."""
+"""Idempotent load of one source's billing period: replace it as a whole, in the caller's
+transaction.
+
+A period is first judged (unchanged, stale, new or a replacement) from its fingerprint alone,
+then opened when its first rows arrive, filled chunk by chunk, and closed with its row count.
+"""
 
 from dataclasses import dataclass
 from datetime import datetime
@@ -18,63 +23,77 @@ class LoadAction(StrEnum):
     unchanged = "unchanged"      # the same delivery again: nothing written
     stale = "stale"              # older than the stored delivery: skipped
 
+    @property
+    def writes(self) -> bool:
+        return self in (LoadAction.inserted, LoadAction.replaced)
+
 
 @dataclass(frozen=True, slots=True)
 class PeriodDelivery:
-    """Everything one source delivered for one billing period."""
+    """What one source delivered for one billing period, apart from the rows themselves."""
 
     source: str
     billing_period_start: datetime
-    billing_period_end: datetime
     fingerprint: str
     files: tuple[str, ...]
     focus_version: str
     delivered_at: datetime
-    rows: pa.Table
-    """Normalised rows (see ``ingest.normalize.OUTPUT_COLUMNS``) plus ``source_file``."""
 
 
-def load_period(conn: Connection, delivery: PeriodDelivery, *, now: datetime,
-                force: bool = False) -> LoadAction:
-    """Write one period's delivery inside the caller's transaction.
+@dataclass(frozen=True, slots=True)
+class Decision:
+    action: LoadAction
+    current_id: int | None
+    """The stored delivery a replacement supersedes."""
 
-    The current delivery of the same source and period is kept when it has the same
-    fingerprint (unchanged) or is newer (stale input, unless ``force``); otherwise it is
-    marked superseded and its rows are deleted before the new rows go in.
-    """
+
+def decide(conn: Connection, delivery: PeriodDelivery, *, force: bool = False) -> Decision:
+    """Keep the current delivery of the same source and period when it has the same
+    fingerprint (unchanged) or is newer (stale input, unless ``force``); else write."""
     current = conn.execute(
         select(BillingDelivery.id, BillingDelivery.fingerprint, BillingDelivery.delivered_at)
         .where(BillingDelivery.source == delivery.source,
                BillingDelivery.billing_period_start == delivery.billing_period_start,
                BillingDelivery.superseded_at.is_(None))
     ).one_or_none()
-    if current is not None:
-        if current.fingerprint == delivery.fingerprint:
-            return LoadAction.unchanged
-        if current.delivered_at > delivery.delivered_at and not force:
-            return LoadAction.stale
-        conn.execute(delete(BillingRow).where(BillingRow.delivery_id == current.id))
-        conn.execute(update(BillingDelivery).where(BillingDelivery.id == current.id)
+    if current is None:
+        return Decision(LoadAction.inserted, None)
+    if current.fingerprint == delivery.fingerprint:
+        return Decision(LoadAction.unchanged, current.id)
+    if current.delivered_at > delivery.delivered_at and not force:
+        return Decision(LoadAction.stale, current.id)
+    return Decision(LoadAction.replaced, current.id)
+
+
+def open_delivery(conn: Connection, delivery: PeriodDelivery, decision: Decision, *,
+                  now: datetime) -> int:
+    """Supersede the current delivery (deleting its rows) and insert the new one; its id."""
+    if decision.action is LoadAction.replaced:
+        conn.execute(delete(BillingRow).where(BillingRow.delivery_id == decision.current_id))
+        conn.execute(update(BillingDelivery).where(BillingDelivery.id == decision.current_id)
                      .values(superseded_at=now))
-    delivery_id = conn.execute(
+    return int(conn.execute(
         insert(BillingDelivery).values(
             source=delivery.source,
             billing_period_start=delivery.billing_period_start,
-            billing_period_end=delivery.billing_period_end,
+            billing_period_end=delivery.billing_period_start,  # set by close_delivery
             fingerprint=delivery.fingerprint,
             files=list(delivery.files),
             focus_version=delivery.focus_version,
-            row_count=delivery.rows.num_rows,
+            row_count=0,
             delivered_at=delivery.delivered_at,
             ingested_at=now,
         ).returning(BillingDelivery.id)
-    ).scalar_one()
-    rows = delivery.rows.append_column(
-        "delivery_id", pa.array([delivery_id] * delivery.rows.num_rows, pa.int64())
-    )
-    _bulk_insert(conn, rows)
-    return LoadAction.inserted if current is None else LoadAction.replaced
+    ).scalar_one())
 
 
-def _bulk_insert(conn: Connection, rows: pa.Table) -> None:
+def insert_rows(conn: Connection, rows: pa.Table) -> None:
+    """Normalised rows (see ``ingest.normalize.OUTPUT_COLUMNS``) with ``delivery_id`` and
+    ``source_file``."""
     bulk_insert(conn, "billing_rows", rows.select(["delivery_id", "source_file", *OUTPUT_COLUMNS]))
+
+
+def close_delivery(conn: Connection, delivery_id: int, *, row_count: int,
+                   billing_period_end: datetime) -> None:
+    conn.execute(update(BillingDelivery).where(BillingDelivery.id == delivery_id)
+                 .values(row_count=row_count, billing_period_end=billing_period_end))

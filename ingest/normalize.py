@@ -5,7 +5,7 @@ cell, counts repairs, and either rejects the file (strict) or drops the bad rows
 """
 
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pyarrow as pa
@@ -79,8 +79,11 @@ class NormalisedFile:
     warnings: list[str] = field(default_factory=list)
 
 
-def normalise_file(raw: RawFile, options: NormaliseOptions) -> NormalisedFile:
-    """Validate and normalise one raw file.
+def normalise_file(raw: RawFile, options: NormaliseOptions, *, first_row: int = 1,
+                   count_header: bool = True) -> NormalisedFile:
+    """Validate and normalise one raw file, or a slice of its rows that starts at data row
+    ``first_row`` (row numbers in the output and in problems count from there). What the
+    header itself needed (BOM, column-name case, warnings) is counted if ``count_header``.
 
     Raises:
         IngestError: On a header problem, or (strict mode) on any cell that cannot be repaired.
@@ -89,6 +92,9 @@ def normalise_file(raw: RawFile, options: NormaliseOptions) -> NormalisedFile:
     if raw.had_bom:
         out.repairs["byte_order_mark"] += 1
     focus, provider = _map_header(raw, out)
+    if not count_header:
+        out.repairs.clear()
+        out.warnings.clear()
     out.focus_version = options.focus_version or focus_schema.detect_version(set(focus))
     _check_mandatory(raw.name, set(focus), out.focus_version, options)
 
@@ -103,6 +109,9 @@ def normalise_file(raw: RawFile, options: NormaliseOptions) -> NormalisedFile:
 
     problems = _cell_problems(raw.name, results | provider_results)
     problems += _row_problems(raw.name, results)
+    if first_row != 1:
+        problems = [replace(p, row=None if p.row is None else p.row + first_row - 1)
+                    for p in problems]
     for result in (*results.values(), *provider_results.values()):
         out.repairs.update(result.repairs)
     bad = np.zeros(length, dtype=bool)
@@ -110,9 +119,9 @@ def normalise_file(raw: RawFile, options: NormaliseOptions) -> NormalisedFile:
         if not options.lenient:
             raise IngestError(sorted(problems, key=lambda p: (p.row or 0, p.column or "")))
         out.rejected = sorted(problems, key=lambda p: (p.row or 0, p.column or ""))
-        bad[[p.row - 1 for p in problems if p.row is not None]] = True
+        bad[[p.row - first_row for p in problems if p.row is not None]] = True
 
-    out.table = _output_table(results, provider_results, length)
+    out.table = _output_table(results, provider_results, length, first_row)
     if bad.any():
         out.table = out.table.filter(pa.array(~bad))
     return out
@@ -187,9 +196,9 @@ def _row_problems(file: str, results: dict[str, ColumnResult]) -> list[Problem]:
 
 
 def _output_table(results: dict[str, ColumnResult], provider: dict[str, ColumnResult],
-                  length: int) -> pa.Table:
+                  length: int, first_row: int) -> pa.Table:
     columns: dict[str, pa.Array] = {
-        "source_row": pa.array(np.arange(1, length + 1, dtype=np.int32)),
+        "source_row": pa.array(np.arange(first_row, first_row + length, dtype=np.int32)),
     }
     for focus_name, db_name in TYPED_COLUMNS.items():
         if focus_name in results:

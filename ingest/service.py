@@ -1,24 +1,39 @@
-"""Billing ingest, end to end: discover, read, normalise all files, then load per period.
+"""Billing ingest, end to end: read every file and check its header, plan the billing periods,
+then normalise the rows in chunks while the previous chunk is being written.
 
-Every file is read and validated before anything is written, so bad input writes nothing;
-each billing period is then loaded in its own transaction.
+Everything is written in one transaction, rolled back when any input turns out to be bad, so
+bad input writes nothing. Overlapping normalisation with the database's work keeps both of a
+small machine's cores busy.
 """
 
 import hashlib
 import tempfile
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TypeVar
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from sqlalchemy import Engine
+from sqlalchemy import Connection, Engine
 
+from ingest import focus_schema
+from ingest.columns import normalise_column
 from ingest.errors import IngestError, Problem
-from ingest.load import LoadAction, PeriodDelivery, load_period
+from ingest.load import (
+    Decision,
+    PeriodDelivery,
+    close_delivery,
+    decide,
+    insert_rows,
+    open_delivery,
+)
 from ingest.normalize import NormalisedFile, NormaliseOptions, normalise_file
-from ingest.readers import read_billing_file
+from ingest.readers import RawFile, read_billing_file
 from ingest.report import NO_CURRENCY, CostTotals, FileReport, IngestReport, PeriodReport
 from ingest.sources.base import SourceBatch, SourceFile
 from ingest.sources.files import discover_files
@@ -26,6 +41,9 @@ from ingest.sources.s3 import discover_s3
 
 ProgressHook = Callable[[str, int, int], None]
 """Called as (description, steps done, steps in all)."""
+
+CHUNK_ROWS = 250_000
+"""Rows normalised (and then written) at a time."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +55,32 @@ class IngestOptions:
     s3_endpoint_url: str | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class _ReadFile:
+    batch: SourceBatch
+    file: SourceFile
+    raw: RawFile
+    focus_version: str
+
+
+@dataclass
+class _Period:
+    """One billing period of one source: what to do with it, and what its rows added up to."""
+
+    delivery: PeriodDelivery
+    decision: Decision
+    delivery_id: int | None = None
+    rows: int = 0
+    end: datetime | None = None
+    by_provider: Counter[str] = field(default_factory=Counter)
+    totals: dict[str, CostTotals] = field(default_factory=dict)
+
+    def report(self) -> PeriodReport:
+        return PeriodReport(self.delivery.source, self.delivery.billing_period_start,
+                            self.end or self.delivery.billing_period_start, self.rows,
+                            str(self.decision.action), dict(self.by_provider), self.totals)
+
+
 def ingest_billing(engine: Engine, location: str, options: IngestOptions,
                    progress: ProgressHook | None = None) -> IngestReport:
     """Ingest billing from a file, a folder or an ``s3://bucket/prefix``.
@@ -44,88 +88,179 @@ def ingest_billing(engine: Engine, location: str, options: IngestOptions,
     Raises:
         IngestError: If any input cannot be used; then nothing was written.
     """
+    report = IngestReport()
     with tempfile.TemporaryDirectory(prefix="specledger-s3-") as download_dir:
         if location.startswith("s3://"):
             batches = discover_s3(location, Path(download_dir),
                                   endpoint_url=options.s3_endpoint_url, source=options.source)
         else:
             batches = [discover_files(Path(location), source=options.source)]
-        report = IngestReport()
-        deliveries = _read_all(batches, options.normalise, report, progress)
+        files, problems = _read_files(batches, options.normalise, report, progress)
     now = datetime.now(UTC)
-    for index, delivery in enumerate(deliveries):
-        if progress:
-            progress(f"loading {delivery.billing_period_start:%Y-%m}", index, len(deliveries))
-        with engine.begin() as conn:
-            action = load_period(conn, delivery, now=now, force=options.force)
-        report.periods.append(_period_report(delivery, action))
+    with engine.begin() as conn:
+        periods = {key: _Period(delivery, decide(conn, delivery, force=options.force))
+                   for key, delivery in _plan_periods(files, options.normalise).items()}
+        problems += _load_rows(conn, files, periods, options.normalise, report, now=now,
+                               write=not problems, progress=progress)
+        if problems:
+            raise IngestError(problems)  # rolls the transaction back
+        for period in periods.values():
+            if period.delivery_id is not None:
+                close_delivery(conn, period.delivery_id, row_count=period.rows,
+                               billing_period_end=period.end or period.delivery.billing_period_start)
+    report.periods = [p.report() for p in periods.values() if p.rows]
     if progress:
-        progress("done", len(deliveries), len(deliveries))
+        progress("done", 1, 1)
     return report
 
 
-def _read_all(batches: list[SourceBatch], options: NormaliseOptions, report: IngestReport,
-              progress: ProgressHook | None) -> list[PeriodDelivery]:
+def _read_files(batches: list[SourceBatch], options: NormaliseOptions, report: IngestReport,
+                progress: ProgressHook | None) -> tuple[list[_ReadFile], list[Problem]]:
+    """Read every file and check its header (normalising none of its rows yet)."""
     total = sum(len(b.files) for b in batches)
+    files: list[_ReadFile] = []
     problems: list[Problem] = []
-    deliveries: list[PeriodDelivery] = []
-    done = 0
     for batch in batches:
-        normalised: list[tuple[SourceFile, NormalisedFile]] = []
         for file in batch.files:
             if progress:
-                progress(f"reading {Path(file.name).name}", done, total)
-            done += 1
+                progress(f"reading {Path(file.name).name}", len(files) + len(problems), total)
             try:
-                result = normalise_file(read_billing_file(file.path, display_name=file.name),
-                                        options)
+                raw = read_billing_file(file.path, display_name=file.name)
+                header = normalise_file(_slice(raw, 0, 0), options)
             except IngestError as exc:
                 problems += exc.problems
                 continue
-            normalised.append((file, result))
-            report.files.append(FileReport(file.name, result.focus_version,
-                                           result.table.num_rows + len(
-                                               {p.row for p in result.rejected}),
-                                           result.table.num_rows))
-            report.repairs.update(result.repairs)
-            report.rejects += result.rejected
-            report.warnings += result.warnings
-        if not problems:
-            deliveries += _split_by_period(batch, normalised, options)
-    if problems:
-        raise IngestError(problems)
-    return deliveries
+            files.append(_ReadFile(batch, file, raw, header.focus_version))
+            report.repairs.update(header.repairs)
+            report.warnings += header.warnings
+    return files, problems
 
 
-def _split_by_period(batch: SourceBatch, normalised: list[tuple[SourceFile, NormalisedFile]],
-                     options: NormaliseOptions) -> list[PeriodDelivery]:
-    tables, contributors = [], []
-    for file, result in normalised:
-        table = result.table.append_column(
-            "source_file", pa.array([file.name] * result.table.num_rows, pa.string()))
-        tables.append(table)
-        contributors.append((file, result.focus_version))
-    if not tables:
-        return []
-    rows = pa.concat_tables(tables)
-    deliveries = []
-    for start in pc.unique(rows["billing_period_start"]).to_pylist():
-        period_rows = rows.filter(pc.equal(rows["billing_period_start"], start))
-        names = set(pc.unique(period_rows["source_file"]).to_pylist())
-        files = [(f, v) for f, v in contributors if f.name in names]
-        ends = pc.drop_null(period_rows["billing_period_end"])
-        end = pc.max(ends).as_py() if len(ends) else start
-        deliveries.append(PeriodDelivery(
-            source=batch.source,
+def _plan_periods(files: list[_ReadFile],
+                  options: NormaliseOptions) -> dict[tuple[str, datetime], PeriodDelivery]:
+    """Which billing periods each source delivers, from the distinct BillingPeriodStart
+    values of its files; rows whose value is bad are reported later, with the rest."""
+    contributors: dict[tuple[str, datetime], list[_ReadFile]] = {}
+    for read in files:
+        for start in _period_starts(read.raw):
+            contributors.setdefault((read.batch.source, start), []).append(read)
+    return {
+        (source, start): PeriodDelivery(
+            source=source,
             billing_period_start=start,
-            billing_period_end=end,
-            fingerprint=_fingerprint(batch.source, start, [f for f, _ in files], options),
-            files=tuple(f.name for f, _ in files),
-            focus_version=max(v for _, v in files),
-            delivered_at=batch.delivered_at or max(f.modified_at for f, _ in files),
-            rows=period_rows,
-        ))
-    return sorted(deliveries, key=lambda d: d.billing_period_start)
+            fingerprint=_fingerprint(source, start, [r.file for r in reads], options),
+            files=tuple(r.file.name for r in reads),
+            focus_version=max(r.focus_version for r in reads),
+            delivered_at=reads[0].batch.delivered_at or max(r.file.modified_at for r in reads),
+        )
+        for (source, start), reads in sorted(contributors.items(), key=lambda kv: kv[0][1])
+    }
+
+
+def _period_starts(raw: RawFile) -> list[datetime]:
+    name = next((n for n in raw.table.column_names
+                 if n.lower() == "billingperiodstart"), None)
+    if name is None:
+        return []
+    starts = normalise_column(focus_schema.BY_NAME["BillingPeriodStart"],
+                              raw.table.column(name).combine_chunks()).values
+    return sorted(pc.unique(pc.drop_null(starts)).to_pylist())
+
+
+def _load_rows(conn: Connection, files: list[_ReadFile],
+               periods: dict[tuple[str, datetime], _Period], options: NormaliseOptions,
+               report: IngestReport, *, now: datetime, write: bool,
+               progress: ProgressHook | None) -> list[Problem]:
+    """Normalise every file chunk by chunk (in a worker thread, one chunk ahead) and write
+    the rows of the periods that change. After the first problem, only validate."""
+    chunks = [(read, first) for read in files
+              for first in range(0, read.raw.table.num_rows, CHUNK_ROWS)]
+    problems: list[Problem] = []
+
+    def normalise(chunk: tuple[_ReadFile, int]) -> NormalisedFile | IngestError:
+        read, first = chunk
+        try:
+            return normalise_file(_slice(read.raw, first, CHUNK_ROWS), options,
+                                  first_row=first + 1, count_header=False)
+        except IngestError as exc:
+            return exc
+
+    rows_read: Counter[str] = Counter()
+    rows_kept: Counter[str] = Counter()
+    for index, ((read, first), result) in enumerate(_ahead(normalise, chunks)):
+        if progress:
+            progress(f"loading {Path(read.file.name).name}", index, len(chunks))
+        chunk_rows = min(CHUNK_ROWS, read.raw.table.num_rows - first)
+        rows_read[read.file.name] += chunk_rows
+        if isinstance(result, IngestError):
+            problems += result.problems
+            continue
+        rows_kept[read.file.name] += result.table.num_rows
+        report.repairs.update(result.repairs)
+        report.rejects += result.rejected
+        rows = result.table.append_column(
+            "source_file", pa.array([read.file.name] * result.table.num_rows, pa.string()))
+        for start, period_rows in _split_by_period(rows):
+            period = periods[(read.batch.source, start)]
+            _add_stats(period, period_rows)
+            if write and not problems and period.decision.action.writes:
+                if period.delivery_id is None:
+                    period.delivery_id = open_delivery(conn, period.delivery, period.decision,
+                                                       now=now)
+                insert_rows(conn, period_rows.append_column(
+                    "delivery_id", pa.array(np.full(period_rows.num_rows, period.delivery_id))))
+    report.files += [FileReport(r.file.name, r.focus_version, rows_read[r.file.name],
+                                rows_kept[r.file.name]) for r in files]
+    return problems
+
+
+def _slice(raw: RawFile, first: int, count: int) -> RawFile:
+    return RawFile(raw.name, raw.table.slice(first, count), raw.had_bom)
+
+
+_T = TypeVar("_T")
+_R = TypeVar("_R")
+
+
+def _ahead(fn: Callable[[_T], _R], items: Iterable[_T]) -> Iterator[tuple[_T, _R]]:
+    """``(item, fn(item))`` in order, computing the next result in a thread meanwhile."""
+    with ThreadPoolExecutor(max_workers=1) as worker:
+        pending: tuple[_T, Future[_R]] | None = None
+        for item in items:
+            submitted = (item, worker.submit(fn, item))
+            if pending is not None:
+                yield pending[0], pending[1].result()
+            pending = submitted
+        if pending is not None:
+            yield pending[0], pending[1].result()
+
+
+def _split_by_period(rows: pa.Table) -> Iterator[tuple[datetime, pa.Table]]:
+    starts = pc.unique(rows["billing_period_start"]).to_pylist()
+    if len(starts) == 1:
+        yield starts[0], rows
+        return
+    for start in starts:
+        yield start, rows.filter(pc.equal(rows["billing_period_start"], start))
+
+
+def _add_stats(period: _Period, rows: pa.Table) -> None:
+    period.rows += rows.num_rows
+    ends = pc.drop_null(rows["billing_period_end"])
+    if len(ends):
+        end = pc.max(ends).as_py()
+        period.end = end if period.end is None else max(period.end, end)
+    providers = rows.group_by("provider_name").aggregate([("source_row", "count")])
+    for name, count in zip(providers["provider_name"].to_pylist(),
+                           providers["source_row_count"].to_pylist(), strict=True):
+        period.by_provider[name if name is not None else "(none)"] += count
+    sums = rows.group_by("billing_currency").aggregate(
+        [("billed_cost_micros", "sum"), ("effective_cost_micros", "sum")])
+    for currency, billed, effective in zip(
+            sums["billing_currency"].to_pylist(), sums["billed_cost_micros_sum"].to_pylist(),
+            sums["effective_cost_micros_sum"].to_pylist(), strict=True):
+        period.totals.setdefault(currency or NO_CURRENCY, CostTotals()).add(
+            CostTotals(int(billed or 0), int(effective or 0)))
 
 
 def _fingerprint(source: str, start: datetime, files: list[SourceFile],
@@ -134,24 +269,3 @@ def _fingerprint(source: str, start: datetime, files: list[SourceFile],
     for sha in sorted(f.sha256 for f in files):
         digest.update(sha.encode())
     return digest.hexdigest()
-
-
-def _period_report(delivery: PeriodDelivery, action: LoadAction) -> PeriodReport:
-    rows = delivery.rows
-    providers = rows.group_by("provider_name").aggregate([("source_row", "count")])
-    by_provider = {
-        (name if name is not None else "(none)"): count
-        for name, count in zip(providers["provider_name"].to_pylist(),
-                               providers["source_row_count"].to_pylist(), strict=True)
-    }
-    sums = rows.group_by("billing_currency").aggregate(
-        [("billed_cost_micros", "sum"), ("effective_cost_micros", "sum")])
-    totals = {
-        (currency or NO_CURRENCY): CostTotals(int(billed or 0), int(effective or 0))
-        for currency, billed, effective in zip(
-            sums["billing_currency"].to_pylist(), sums["billed_cost_micros_sum"].to_pylist(),
-            sums["effective_cost_micros_sum"].to_pylist(), strict=True)
-    }
-    return PeriodReport(delivery.source, delivery.billing_period_start,
-                        delivery.billing_period_end, rows.num_rows, str(action), by_provider,
-                        totals)

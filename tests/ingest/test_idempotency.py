@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine, func, select
 
-import ingest.load
+import ingest.service
 from app.models import BillingDelivery, BillingRow
 from ingest.load import LoadAction
 from ingest.service import IngestOptions, ingest_billing
@@ -85,7 +85,7 @@ def test_failure_while_loading_a_period_leaves_it_as_it_was(
     def fail_after_delete(*args: object) -> None:
         raise RuntimeError("disk full")  # fault injection: the old rows were already deleted
 
-    monkeypatch.setattr(ingest.load, "_bulk_insert", fail_after_delete)
+    monkeypatch.setattr(ingest.service, "insert_rows", fail_after_delete)
     with pytest.raises(RuntimeError, match="disk full"):
         ingest_billing(engine, str(new), IngestOptions(source="aws"))
 
