@@ -3,8 +3,6 @@
 CSV cells arrive as text exactly as written, so that money never passes through a float.
 """
 
-import gzip
-import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,7 +45,7 @@ def read_billing_file(path: Path, *, display_name: str | None = None) -> RawFile
             raw = RawFile(name, pq.read_table(path), had_bom=False)
         else:
             raw = _read_csv(path, name)
-    except (OSError, pa.ArrowInvalid, EOFError, gzip.BadGzipFile, zlib.error) as exc:
+    except (OSError, pa.ArrowInvalid) as exc:
         reason = "cannot be read (truncated or corrupt"
         reason += " gzip" if path.name.lower().endswith(".gz") else " file"
         raise IngestError([Problem(name, f"{reason}): {exc}")]) from exc
@@ -57,20 +55,21 @@ def read_billing_file(path: Path, *, display_name: str | None = None) -> RawFile
 
 
 def _read_csv(path: Path, name: str) -> RawFile:
-    source: Path | pa.Buffer = path
-    if path.name.lower().endswith(".gz"):
-        # Arrow stops quietly at the end of a truncated gzip stream; Python's gzip raises
-        # (EOFError / BadGzipFile), so decompress with it and let Arrow parse the bytes.
-        with gzip.open(path, "rb") as handle:
-            source = pa.py_buffer(handle.read())
-    with pa.input_stream(source) as stream:
-        had_bom = stream.read(3) == _BOM
-    names = _header(source)
+    # Arrow decompresses while it parses; it raises on a truncated or corrupt gzip stream
+    # (pyarrow >= 26, which pyproject.toml requires; older releases stopped quietly).
+    compression = "gzip" if path.name.lower().endswith(".gz") else None
+
+    def stream() -> pa.NativeFile:
+        return pa.input_stream(path, compression=compression)
+
+    with stream() as head:
+        had_bom = head.read(3) == _BOM
+    names = _header(stream())
     if len(set(names)) != len(names):
         duplicated = sorted({n for n in names if names.count(n) > 1})
         raise IngestError([Problem(name, f"duplicate column names: {', '.join(duplicated)}")])
     table = pacsv.read_csv(
-        pa.BufferReader(source) if isinstance(source, pa.Buffer) else source,
+        stream(),
         read_options=pacsv.ReadOptions(block_size=1 << 24),
         convert_options=pacsv.ConvertOptions(
             column_types={n: pa.string() for n in names},
@@ -85,9 +84,9 @@ def _read_csv(path: Path, name: str) -> RawFile:
     return RawFile(name, table, had_bom=had_bom)
 
 
-def _header(source: Path | pa.Buffer) -> list[str]:
+def _header(source: pa.NativeFile) -> list[str]:
     reader = pacsv.open_csv(
-        pa.BufferReader(source) if isinstance(source, pa.Buffer) else source,
+        source,
         read_options=pacsv.ReadOptions(block_size=1 << 16),
         convert_options=pacsv.ConvertOptions(strings_can_be_null=False, null_values=[]),
     )
@@ -95,3 +94,4 @@ def _header(source: Path | pa.Buffer) -> list[str]:
         return list(reader.schema.names)
     finally:
         reader.close()
+        source.close()
