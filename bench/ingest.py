@@ -4,7 +4,8 @@ PostgreSQL, timed side by side with a bare pyarrow read of the same file.
     .venv/bin/python -m bench.ingest [--rows 1000000] [--postgres URL]
 
 Prints rows/s and the ratio of end-to-end ingest time to the bare read (target: <= 5x, and
-under 30 s into PostgreSQL on the 2-core reference machine).
+under 30 s into PostgreSQL on the 2-core reference machine), then the time each database
+takes to store the already-normalised rows alone: the floor under the end-to-end time.
 """
 
 import argparse
@@ -23,6 +24,9 @@ import pyarrow.parquet as pq
 from app import migrate
 from app.db import make_engine
 from bench.common import fresh_postgres
+from ingest.load import insert_rows
+from ingest.normalize import NormaliseOptions, normalise_file
+from ingest.readers import read_billing_file
 from ingest.service import IngestOptions, ingest_billing
 from ingest.synth import write_bill
 
@@ -85,6 +89,21 @@ def ingest_once(url: str, path: Path) -> float:
     return seconds
 
 
+def write_only(url: str, path: Path) -> float:
+    """Seconds the database takes to store the file's normalised rows, with nothing else
+    going on: the floor under the end-to-end time."""
+    migrate.upgrade(url)
+    rows = normalise_file(read_billing_file(path), NormaliseOptions()).table
+    rows = rows.append_column("source_file", pa.array([path.name] * rows.num_rows)) \
+               .append_column("delivery_id", pa.array(np.zeros(rows.num_rows, np.int64)))
+    engine = make_engine(url)
+    try:
+        with engine.begin() as conn:
+            return timed(lambda: insert_rows(conn, rows))
+    finally:
+        engine.dispose()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rows", type=int, default=1_000_000)
@@ -112,6 +131,15 @@ def main() -> None:
                                 "ratio_to_bare_read": round(seconds / bare, 1)})
                 print(f"{fmt:8} {db:10} ingest {seconds:6.1f} s  {args.rows / seconds:9.0f} rows/s"
                       f"  bare read {bare:5.2f} s  ratio {seconds / bare:5.1f}x", flush=True)
+        for db in ("sqlite", "postgresql"):
+            url = (f"sqlite+pysqlite:///{folder / 'write-only.db'}" if db == "sqlite"
+                   else fresh_postgres(args.postgres, "specledger_bench"))
+            seconds = write_only(url, files["parquet"])
+            bare = next(r["bare_read_s"] for r in results if r["format"] == "csv.gz")
+            results.append({"format": "normalised rows", "database": db, "rows": args.rows,
+                            "write_only_s": round(seconds, 2)})
+            print(f"{'rows':8} {db:10} write alone {seconds:6.1f} s (the floor; "
+                  f"{seconds / bare:4.1f}x the csv.gz bare read)", flush=True)
         print(json.dumps(results))
 
 
