@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
@@ -30,6 +31,21 @@ def bulk_insert(conn: Connection, table_name: str, rows: pa.Table) -> None:
             _copy_postgres(conn, table_name, _times_as_text(rows))
     else:
         _executemany(conn, table_name, _times_as_text(rows))
+
+
+def reserve_ids(conn: Connection, table_name: str, count: int) -> np.ndarray:
+    """``count`` new values of ``table_name``'s ``id`` key, for rows the caller inserts with
+    :func:`bulk_insert`. On SQLite the caller must already have written in its transaction
+    (so that it holds the database's write lock, as the key's own default would need)."""
+    if count == 0:
+        return np.zeros(0, np.int64)
+    if conn.dialect.name == "postgresql":
+        return np.array(conn.exec_driver_sql(
+            "SELECT nextval(pg_get_serial_sequence(%(table)s, 'id')) "
+            "FROM generate_series(1, %(count)s)",
+            {"table": table_name, "count": count}).scalars().all(), np.int64)
+    largest = conn.exec_driver_sql(f"SELECT COALESCE(MAX(id), 0) FROM {table_name}").scalar_one()
+    return np.arange(largest + 1, largest + 1 + count, dtype=np.int64)
 
 
 def _postgres_column_types(conn: Connection, table_name: str) -> dict[str, str]:

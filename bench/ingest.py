@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 from app import migrate
 from app.db import make_engine
 from bench.common import fresh_postgres
-from ingest.load import insert_rows
+from ingest.load import OpenDelivery, insert_rows
 from ingest.normalize import NormaliseOptions, normalise_file
 from ingest.readers import read_billing_file
 from ingest.service import IngestOptions, ingest_billing
@@ -94,12 +94,11 @@ def write_only(url: str, path: Path) -> float:
     going on: the floor under the end-to-end time."""
     migrate.upgrade(url)
     rows = normalise_file(read_billing_file(path), NormaliseOptions()).table
-    rows = rows.append_column("source_file", pa.array([path.name] * rows.num_rows)) \
-               .append_column("delivery_id", pa.array(np.zeros(rows.num_rows, np.int64)))
+    rows = rows.append_column("source_file", pa.array([path.name] * rows.num_rows))
     engine = make_engine(url)
     try:
         with engine.begin() as conn:
-            return timed(lambda: insert_rows(conn, rows))
+            return timed(lambda: insert_rows(conn, OpenDelivery(0), rows))
     finally:
         engine.dispose()
 

@@ -5,16 +5,22 @@ A period is first judged (unchanged, stale, new or a replacement) from its finge
 then opened when its first rows arrive, filled chunk by chunk, and closed with its row count.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 
+import numpy as np
 import pyarrow as pa
 from sqlalchemy import Connection, delete, insert, select, update
 
-from app.bulk import bulk_insert
-from app.models import BillingDelivery, BillingRow
+from app.bulk import bulk_insert, reserve_ids
+from app.models import BillingDelivery
+from app.models.billing import ROW_VALUE_COLUMNS, billing_row_attributes, billing_row_values
+from ingest.attributes import distinct_rows
 from ingest.normalize import OUTPUT_COLUMNS
+
+ATTRIBUTE_COLUMNS = tuple(name for name in ("source_file", *OUTPUT_COLUMNS)
+                          if name not in ROW_VALUE_COLUMNS)
 
 
 class LoadAction(StrEnum):
@@ -66,13 +72,14 @@ def decide(conn: Connection, delivery: PeriodDelivery, *, force: bool = False) -
 
 
 def open_delivery(conn: Connection, delivery: PeriodDelivery, decision: Decision, *,
-                  now: datetime) -> int:
-    """Supersede the current delivery (deleting its rows) and insert the new one; its id."""
+                  now: datetime) -> "OpenDelivery":
+    """Supersede the current delivery (deleting its rows) and insert the new one."""
     if decision.action is LoadAction.replaced:
-        conn.execute(delete(BillingRow).where(BillingRow.delivery_id == decision.current_id))
+        for table in (billing_row_values, billing_row_attributes):
+            conn.execute(delete(table).where(table.c.delivery_id == decision.current_id))
         conn.execute(update(BillingDelivery).where(BillingDelivery.id == decision.current_id)
                      .values(superseded_at=now))
-    return int(conn.execute(
+    return OpenDelivery(int(conn.execute(
         insert(BillingDelivery).values(
             source=delivery.source,
             billing_period_start=delivery.billing_period_start,
@@ -84,13 +91,37 @@ def open_delivery(conn: Connection, delivery: PeriodDelivery, decision: Decision
             delivered_at=delivery.delivered_at,
             ingested_at=now,
         ).returning(BillingDelivery.id)
-    ).scalar_one())
+    ).scalar_one()))
 
 
-def insert_rows(conn: Connection, rows: pa.Table) -> None:
-    """Normalised rows (see ``ingest.normalize.OUTPUT_COLUMNS``) with ``delivery_id`` and
-    ``source_file``."""
-    bulk_insert(conn, "billing_rows", rows.select(["delivery_id", "source_file", *OUTPUT_COLUMNS]))
+@dataclass
+class OpenDelivery:
+    """A delivery being written, and the attribute records it has stored so far."""
+
+    id: int
+    attribute_ids: dict[tuple[object, ...], int] = field(default_factory=dict)
+
+
+def insert_rows(conn: Connection, delivery: OpenDelivery, rows: pa.Table) -> None:
+    """Normalised rows (see ``ingest.normalize.OUTPUT_COLUMNS``, with ``source_file``): each
+    row's values, and the attribute combinations the delivery has not stored yet."""
+    distinct, row_to_distinct = distinct_rows(rows.select(ATTRIBUTE_COLUMNS))
+    keys = list(zip(*(column.to_pylist() for column in distinct.columns), strict=True))
+    new = [index for index, key in enumerate(keys) if key not in delivery.attribute_ids]
+    if new:
+        ids = reserve_ids(conn, "billing_row_attributes", len(new))
+        delivery.attribute_ids.update(zip((keys[i] for i in new), ids.tolist(), strict=True))
+        bulk_insert(conn, "billing_row_attributes", distinct.take(pa.array(new))
+                    .append_column("id", pa.array(ids))
+                    .append_column("delivery_id", _repeat(delivery.id, len(new))))
+    attribute_ids = np.array([delivery.attribute_ids[key] for key in keys], np.int64)
+    bulk_insert(conn, "billing_rows", rows.select(ROW_VALUE_COLUMNS)
+                .append_column("delivery_id", _repeat(delivery.id, rows.num_rows))
+                .append_column("attributes_id", pa.array(attribute_ids[row_to_distinct])))
+
+
+def _repeat(value: int, count: int) -> pa.Array:
+    return pa.array(np.full(count, value, np.int64))
 
 
 def close_delivery(conn: Connection, delivery_id: int, *, row_count: int,

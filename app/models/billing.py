@@ -3,9 +3,9 @@
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, Index, Integer, String, Text
+from sqlalchemy import JSON, BigInteger, Column, Index, Integer, String, Table, Text, join
 from sqlalchemy.dialects.postgresql import JSONB
-from sqlalchemy.orm import Mapped, mapped_column
+from sqlalchemy.orm import Mapped, column_property, mapped_column
 
 from app.db import Base, BigIntId, UTCDateTime
 
@@ -42,67 +42,131 @@ class BillingDelivery(Base):
     """Set when a newer delivery replaced this one; its rows are then gone."""
 
 
+# A billing row is stored in two parts: its own values (``billing_rows``: periods, money and
+# quantities, which change from row to row) and a reference to what it shares with many other
+# rows of its delivery (``billing_row_attributes``: the account, service, SKU, resource, tags
+# and every other column, stored once per distinct combination). A typical export has a few
+# thousand combinations per million rows, so a load writes a quarter of the bytes.
+#
+# Neither table has a foreign key, and the rows' delivery index is BRIN on PostgreSQL (rows
+# arrive grouped by delivery): a million-row load pays for every index entry and key lookup.
+# Only the loader writes both, for one delivery, in one transaction; deliveries are never
+# deleted, and every query goes through the (current) deliveries of a billing period first.
+billing_row_values = Table(
+    "billing_rows", Base.metadata,
+    Column("id", BigIntId, primary_key=True, autoincrement=True),
+    Column("delivery_id", BigInteger, nullable=False),
+    Column("attributes_id", BigInteger, nullable=False),
+    Column("source_row", Integer, nullable=False),
+    Column("charge_period_start", UTCDateTime(), nullable=True),
+    Column("charge_period_end", UTCDateTime(), nullable=True),
+    Column("billed_cost_micros", BigInteger, nullable=True),
+    Column("effective_cost_micros", BigInteger, nullable=True),
+    Column("list_cost_micros", BigInteger, nullable=True),
+    Column("contracted_cost_micros", BigInteger, nullable=True),
+    Column("pricing_quantity", String(64), nullable=True),
+    Column("consumed_quantity", String(64), nullable=True),
+    Index("ix_billing_rows_delivery_id", "delivery_id", postgresql_using="brin"),
+)
+
+billing_row_attributes = Table(
+    "billing_row_attributes", Base.metadata,
+    Column("id", BigIntId, primary_key=True, autoincrement=True),
+    Column("delivery_id", BigInteger, nullable=False),
+    Column("source_file", String(1024), nullable=False),
+    Column("billing_period_start", UTCDateTime(), nullable=False),
+    Column("billing_period_end", UTCDateTime(), nullable=True),
+    Column("billing_currency", String(8), nullable=True),
+    Column("charge_category", String(32), nullable=True),
+    Column("charge_class", String(32), nullable=True),
+    Column("charge_frequency", String(32), nullable=True),
+    Column("charge_description", Text, nullable=True),
+    Column("pricing_category", String(32), nullable=True),
+    Column("pricing_unit", String(128), nullable=True),
+    Column("consumed_unit", String(128), nullable=True),
+    Column("provider_name", String(256), nullable=True),
+    Column("publisher_name", String(256), nullable=True),
+    Column("invoice_issuer_name", String(256), nullable=True),
+    Column("billing_account_id", String(256), nullable=True),
+    Column("billing_account_name", String(256), nullable=True),
+    Column("sub_account_id", String(256), nullable=True),
+    Column("service_category", String(64), nullable=True),
+    Column("service_name", String(256), nullable=True),
+    Column("resource_id", String(1024), nullable=True),
+    Column("resource_type", String(256), nullable=True),
+    Column("region_id", String(64), nullable=True),
+    Column("sku_id", String(256), nullable=True),
+    Column("tags", JsonText, nullable=True),
+    Column("focus_columns", JsonText, nullable=False),
+    Column("provider_columns", JsonText, nullable=False),
+    Index("ix_billing_row_attributes_delivery_id", "delivery_id"),
+)
+
+ROW_VALUE_COLUMNS = tuple(c.name for c in billing_row_values.columns
+                          if c.name not in ("id", "delivery_id", "attributes_id"))
+"""The normalised columns stored per row; the others are attributes."""
+
+
 class BillingRow(Base):
-    """One FOCUS cost-and-usage row, normalised. Money in integer micros of billing_currency."""
+    """One FOCUS cost-and-usage row, normalised, as read (the join of its two parts; the
+    loader writes the parts). Money in integer micros of billing_currency."""
 
-    __tablename__ = "billing_rows"
-    # Only the delivery index (BRIN on PostgreSQL: rows arrive grouped by delivery) and no
-    # foreign key: a million-row load pays for every index entry and key lookup, and every
-    # query goes through the (current) deliveries of a billing period first. Only the loader
-    # writes rows, with their delivery, in one transaction; deliveries are never deleted.
-    __table_args__ = (
-        Index("ix_billing_rows_delivery_id", "delivery_id", postgresql_using="brin"),
-    )
+    __table__ = join(billing_row_values, billing_row_attributes,
+                     billing_row_values.c.attributes_id == billing_row_attributes.c.id)
+    __mapper_args__ = {"primary_key": [billing_row_values.c.id]}  # noqa: RUF012
 
-    id: Mapped[int] = mapped_column(BigIntId, primary_key=True, autoincrement=True)
-    delivery_id: Mapped[int] = mapped_column(BigInteger)
-    source_file: Mapped[str] = mapped_column(String(1024))
-    source_row: Mapped[int] = mapped_column(Integer)
+    id: Mapped[int] = column_property(billing_row_values.c.id)
+    delivery_id: Mapped[int] = column_property(billing_row_values.c.delivery_id,
+                                               billing_row_attributes.c.delivery_id)
+    attributes_id: Mapped[int] = column_property(billing_row_values.c.attributes_id,
+                                                 billing_row_attributes.c.id)
+    source_file: Mapped[str]
+    source_row: Mapped[int]
     """1-based data row number in ``source_file`` (the header is not counted)."""
 
-    billing_period_start: Mapped[datetime] = mapped_column(UTCDateTime())
-    billing_period_end: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
-    charge_period_start: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    billing_period_start: Mapped[datetime]
+    billing_period_end: Mapped[datetime | None]
+    charge_period_start: Mapped[datetime | None]
     """Inclusive start of the charge period, UTC (FOCUS ChargePeriodStart)."""
-    charge_period_end: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    charge_period_end: Mapped[datetime | None]
     """Exclusive end of the charge period, UTC (FOCUS ChargePeriodEnd)."""
 
-    billed_cost_micros: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    billed_cost_micros: Mapped[int | None]
     """Invoiced amount (FOCUS BilledCost) in millionths of billing_currency; negative for credits."""
-    effective_cost_micros: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    effective_cost_micros: Mapped[int | None]
     """Amortised amount (FOCUS EffectiveCost) in millionths of billing_currency."""
-    list_cost_micros: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
-    contracted_cost_micros: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
-    billing_currency: Mapped[str | None] = mapped_column(String(8), nullable=True)
+    list_cost_micros: Mapped[int | None]
+    contracted_cost_micros: Mapped[int | None]
+    billing_currency: Mapped[str | None]
 
-    charge_category: Mapped[str | None] = mapped_column(String(32), nullable=True)
-    charge_class: Mapped[str | None] = mapped_column(String(32), nullable=True)
-    charge_frequency: Mapped[str | None] = mapped_column(String(32), nullable=True)
-    charge_description: Mapped[str | None] = mapped_column(Text, nullable=True)
-    pricing_category: Mapped[str | None] = mapped_column(String(32), nullable=True)
-    pricing_quantity: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    charge_category: Mapped[str | None]
+    charge_class: Mapped[str | None]
+    charge_frequency: Mapped[str | None]
+    charge_description: Mapped[str | None]
+    pricing_category: Mapped[str | None]
+    pricing_quantity: Mapped[str | None]
     """Decimal text, kept exact (FOCUS PricingQuantity)."""
-    pricing_unit: Mapped[str | None] = mapped_column(String(128), nullable=True)
-    consumed_quantity: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    pricing_unit: Mapped[str | None]
+    consumed_quantity: Mapped[str | None]
     """Decimal text, kept exact (FOCUS ConsumedQuantity)."""
-    consumed_unit: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    consumed_unit: Mapped[str | None]
 
-    provider_name: Mapped[str | None] = mapped_column(String(256), nullable=True)
-    publisher_name: Mapped[str | None] = mapped_column(String(256), nullable=True)
-    invoice_issuer_name: Mapped[str | None] = mapped_column(String(256), nullable=True)
-    billing_account_id: Mapped[str | None] = mapped_column(String(256), nullable=True)
-    billing_account_name: Mapped[str | None] = mapped_column(String(256), nullable=True)
-    sub_account_id: Mapped[str | None] = mapped_column(String(256), nullable=True)
-    service_category: Mapped[str | None] = mapped_column(String(64), nullable=True)
-    service_name: Mapped[str | None] = mapped_column(String(256), nullable=True)
-    resource_id: Mapped[str | None] = mapped_column(String(1024), nullable=True)
-    resource_type: Mapped[str | None] = mapped_column(String(256), nullable=True)
-    region_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
-    sku_id: Mapped[str | None] = mapped_column(String(256), nullable=True)
+    provider_name: Mapped[str | None]
+    publisher_name: Mapped[str | None]
+    invoice_issuer_name: Mapped[str | None]
+    billing_account_id: Mapped[str | None]
+    billing_account_name: Mapped[str | None]
+    sub_account_id: Mapped[str | None]
+    service_category: Mapped[str | None]
+    service_name: Mapped[str | None]
+    resource_id: Mapped[str | None]
+    resource_type: Mapped[str | None]
+    region_id: Mapped[str | None]
+    sku_id: Mapped[str | None]
 
-    tags: Mapped[dict[str, Any] | None] = mapped_column(JsonText, nullable=True)
+    tags: Mapped[dict[str, Any] | None]
     """Finalised tags as a flat object; ``user:`` prefixes removed."""
-    focus_columns: Mapped[dict[str, Any]] = mapped_column(JsonText)
+    focus_columns: Mapped[dict[str, Any]]
     """Every other FOCUS column of the row, by its FOCUS name, as text."""
-    provider_columns: Mapped[dict[str, Any]] = mapped_column(JsonText)
+    provider_columns: Mapped[dict[str, Any]]
     """The provider's ``x_`` columns, by name."""

@@ -8,6 +8,7 @@ from sqlalchemy import Engine, delete, select
 
 import ingest.service
 from app.models import BillingDelivery, BillingRow
+from app.models.billing import billing_row_attributes, billing_row_values
 from ingest.errors import IngestError
 from ingest.normalize import NormaliseOptions
 from ingest.service import IngestOptions, ingest_billing
@@ -30,8 +31,8 @@ def test_chunks_store_and_report_what_one_pass_does(engine: Engine,
     whole = ingest_billing(engine, str(MESSY), IngestOptions(source="one"))
     stored_whole = _stored(engine)
     with engine.begin() as conn:
-        conn.execute(delete(BillingRow))
-        conn.execute(delete(BillingDelivery))
+        for table in (billing_row_values, billing_row_attributes, BillingDelivery.__table__):
+            conn.execute(delete(table))
 
     monkeypatch.setattr(ingest.service, "CHUNK_ROWS", 7)  # 51 rows: 8 chunks, the last short
     chunked = ingest_billing(engine, str(MESSY), IngestOptions(source="one"))
