@@ -93,12 +93,13 @@ def write_only(url: str, path: Path) -> float:
     """Seconds the database takes to store the file's normalised rows, with nothing else
     going on: the floor under the end-to-end time."""
     migrate.upgrade(url)
-    rows = normalise_file(read_billing_file(path), NormaliseOptions()).table
-    rows = rows.append_column("source_file", pa.array([path.name] * rows.num_rows))
+    rows = normalise_file(read_billing_file(path), NormaliseOptions())
+    attributes = rows.attributes.append_column(
+        "source_file", pa.array([path.name] * rows.attributes.num_rows))
     engine = make_engine(url)
     try:
         with engine.begin() as conn:
-            return timed(lambda: insert_rows(conn, OpenDelivery(0), rows))
+            return timed(lambda: insert_rows(conn, OpenDelivery(0), rows.values, attributes))
     finally:
         engine.dispose()
 

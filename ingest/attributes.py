@@ -31,6 +31,10 @@ def distinct_rows(table: pa.Table) -> tuple[pa.Table, np.ndarray]:
 
 def _codes(column: pa.ChunkedArray) -> tuple[np.ndarray, int]:
     """Each value's code (equal values, nulls included, share one) and how many codes."""
-    encoded = pc.dictionary_encode(column, null_encoding="encode").combine_chunks()
+    try:
+        encoded = pc.dictionary_encode(column, null_encoding="encode").combine_chunks()
+    except pa.ArrowNotImplementedError:  # nested values (lists, structs): compare their text
+        text = pa.array([None if v is None else repr(v) for v in column.to_pylist()], pa.string())
+        encoded = pc.dictionary_encode(text, null_encoding="encode")
     codes = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
     return codes, max(len(encoded.dictionary), 1)

@@ -33,22 +33,26 @@ class ColumnResult:
     """0-based row index -> (reason, raw value) for values that could not be repaired."""
 
 
-def normalise_column(column: FocusColumn | None, raw: pa.Array, *, tags: bool = False) -> ColumnResult:
+def normalise_column(column: FocusColumn | None, raw: pa.Array, *, tags: bool = False,
+                     weights: np.ndarray | None = None) -> ColumnResult:
     """Normalise a raw column (strings from CSV, or typed from Parquet).
 
     ``column`` is None for provider ``x_`` columns, which are kept as text or flat JSON.
+    ``weights`` says how many rows each value stands for (when ``raw`` holds a file's distinct
+    values); repairs are counted in rows.
     """
     kind = column.kind if column else Kind.string
     if pa.types.is_timestamp(raw.type) and kind is Kind.datetime:
         return _typed_timestamps(raw)
     if pa.types.is_map(raw.type):
-        raw = _maps_to_json_text(raw)
+        raw = maps_to_json_text(raw)
     elif not (pa.types.is_string(raw.type) or pa.types.is_large_string(raw.type)):
-        return _typed_other(column, raw)
-    return _text_column(column, kind, raw, tags=tags)
+        return _typed_other(column, raw, weights)
+    return _text_column(column, kind, raw, tags=tags, weights=weights)
 
 
-def _text_column(column: FocusColumn | None, kind: Kind, raw: pa.Array, *, tags: bool) -> ColumnResult:
+def _text_column(column: FocusColumn | None, kind: Kind, raw: pa.Array, *, tags: bool,
+                 weights: np.ndarray | None = None) -> ColumnResult:
     if kind in (Kind.money, Kind.decimal):
         canonical = _canonical_number_column(kind, raw)
         if canonical is not None:
@@ -56,7 +60,9 @@ def _text_column(column: FocusColumn | None, kind: Kind, raw: pa.Array, *, tags:
     encoded = pc.dictionary_encode(raw)
     dictionary: pa.Array = encoded.dictionary
     indices = pc.fill_null(encoded.indices, -1).to_numpy(zero_copy_only=False)
-    counts = np.bincount(indices[indices >= 0], minlength=len(dictionary))
+    valid = indices >= 0
+    counts = np.bincount(indices[valid], weights=None if weights is None else weights[valid],
+                         minlength=len(dictionary)).astype(np.int64)
     result = ColumnResult(values=pa.nulls(0))
 
     trimmed = pc.utf8_trim_whitespace(dictionary)
@@ -231,7 +237,8 @@ def _typed_timestamps(raw: pa.Array) -> ColumnResult:
     return ColumnResult(values=unit_fixed.cast(TIMESTAMP_TYPE))
 
 
-def _typed_other(column: FocusColumn | None, raw: pa.Array) -> ColumnResult:
+def _typed_other(column: FocusColumn | None, raw: pa.Array,
+                 weights: np.ndarray | None) -> ColumnResult:
     """Parquet numbers (decimal, double, int): decimals convert exactly; doubles via their
     shortest repr, which is the value the provider wrote."""
     if pa.types.is_decimal(raw.type) or pa.types.is_integer(raw.type):
@@ -244,10 +251,10 @@ def _typed_other(column: FocusColumn | None, raw: pa.Array) -> ColumnResult:
     else:
         text = raw.cast(pa.string())
     kind = column.kind if column else Kind.string
-    return _text_column(column, kind, text, tags=False)
+    return _text_column(column, kind, text, tags=False, weights=weights)
 
 
-def _maps_to_json_text(raw: pa.Array) -> pa.Array:
+def maps_to_json_text(raw: pa.Array) -> pa.Array:
     values = [None if m is None else json.dumps(dict(m)) for m in raw.to_pylist()]
     return pa.array(values, pa.string())
 

@@ -15,12 +15,10 @@ from sqlalchemy import Connection, delete, insert, select, update
 
 from app.bulk import bulk_insert, reserve_ids
 from app.models import BillingDelivery
-from app.models.billing import ROW_VALUE_COLUMNS, billing_row_attributes, billing_row_values
-from ingest.attributes import distinct_rows
-from ingest.normalize import OUTPUT_COLUMNS
+from app.models.billing import billing_row_attributes, billing_row_values
+from ingest.normalize import ATTRIBUTE_COLUMNS, VALUE_COLUMNS
 
-ATTRIBUTE_COLUMNS = tuple(name for name in ("source_file", *OUTPUT_COLUMNS)
-                          if name not in ROW_VALUE_COLUMNS)
+STORED_ATTRIBUTES = ("source_file", *ATTRIBUTE_COLUMNS)
 
 
 class LoadAction(StrEnum):
@@ -102,22 +100,33 @@ class OpenDelivery:
     attribute_ids: dict[tuple[object, ...], int] = field(default_factory=dict)
 
 
-def insert_rows(conn: Connection, delivery: OpenDelivery, rows: pa.Table) -> None:
-    """Normalised rows (see ``ingest.normalize.OUTPUT_COLUMNS``, with ``source_file``): each
-    row's values, and the attribute combinations the delivery has not stored yet."""
-    distinct, row_to_distinct = distinct_rows(rows.select(ATTRIBUTE_COLUMNS))
-    keys = list(zip(*(column.to_pylist() for column in distinct.columns), strict=True))
-    new = [index for index, key in enumerate(keys) if key not in delivery.attribute_ids]
-    if new:
-        ids = reserve_ids(conn, "billing_row_attributes", len(new))
-        delivery.attribute_ids.update(zip((keys[i] for i in new), ids.tolist(), strict=True))
-        bulk_insert(conn, "billing_row_attributes", distinct.take(pa.array(new))
+def insert_rows(conn: Connection, delivery: OpenDelivery, values: pa.Table,
+                attributes: pa.Table) -> None:
+    """Normalised rows: their values (``VALUE_COLUMNS`` and ``attributes_index``, a row of
+    ``attributes``, which has ``STORED_ATTRIBUTES``), and the attribute combinations they use
+    that the delivery has not stored yet."""
+    used = np.unique(values["attributes_index"].to_numpy())
+    keys = list(zip(*(column.to_pylist() for column in
+                      attributes.select(STORED_ATTRIBUTES).take(pa.array(used)).columns),
+                    strict=True))
+    fresh: dict[tuple[object, ...], int] = {}
+    """New combination -> its first position in ``used`` (two can normalise alike)."""
+    for position, key in enumerate(keys):
+        if key not in delivery.attribute_ids and key not in fresh:
+            fresh[key] = position
+    if fresh:
+        ids = reserve_ids(conn, "billing_row_attributes", len(fresh))
+        delivery.attribute_ids.update(zip(fresh, ids.tolist(), strict=True))
+        new_rows = attributes.select(STORED_ATTRIBUTES).take(pa.array(used[list(fresh.values())]))
+        bulk_insert(conn, "billing_row_attributes", new_rows
                     .append_column("id", pa.array(ids))
-                    .append_column("delivery_id", _repeat(delivery.id, len(new))))
-    attribute_ids = np.array([delivery.attribute_ids[key] for key in keys], np.int64)
-    bulk_insert(conn, "billing_rows", rows.select(ROW_VALUE_COLUMNS)
-                .append_column("delivery_id", _repeat(delivery.id, rows.num_rows))
-                .append_column("attributes_id", pa.array(attribute_ids[row_to_distinct])))
+                    .append_column("delivery_id", _repeat(delivery.id, len(fresh))))
+    attribute_id = np.zeros(attributes.num_rows, np.int64)
+    attribute_id[used] = [delivery.attribute_ids[key] for key in keys]
+    bulk_insert(conn, "billing_rows", values.select(VALUE_COLUMNS)
+                .append_column("delivery_id", _repeat(delivery.id, values.num_rows))
+                .append_column("attributes_id",
+                               pa.array(attribute_id[values["attributes_index"].to_numpy()])))
 
 
 def _repeat(value: int, count: int) -> pa.Array:

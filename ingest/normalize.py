@@ -5,6 +5,7 @@ cell, counts repairs, and either rejects the file (strict) or drops the bad rows
 """
 
 from collections import Counter
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -12,7 +13,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ingest import focus_schema
-from ingest.columns import ColumnResult, json_fragments, json_objects, normalise_column
+from ingest.attributes import distinct_rows
+from ingest.columns import (
+    ColumnResult,
+    json_fragments,
+    json_objects,
+    maps_to_json_text,
+    normalise_column,
+)
 from ingest.errors import IngestError, Problem
 from ingest.focus_schema import FocusColumn, Kind
 from ingest.readers import RawFile
@@ -57,7 +65,18 @@ NOT_NULL = (
     "BillingPeriodStart", "BillingPeriodEnd", "ChargePeriodStart", "ChargePeriodEnd",
     "ChargeCategory",
 )
-OUTPUT_COLUMNS = ("source_row", *TYPED_COLUMNS.values(), "focus_columns", "provider_columns")
+# FOCUS columns whose values change from row to row. Every other column (typed, other FOCUS
+# and provider ones) describes what the row is for; a file has few distinct combinations of
+# those, and each combination is normalised once.
+ROW_VALUE_FOCUS_COLUMNS = (
+    "ChargePeriodStart", "ChargePeriodEnd", "BilledCost", "EffectiveCost", "ListCost",
+    "ContractedCost", "PricingQuantity", "ConsumedQuantity",
+)
+VALUE_COLUMNS = ("source_row", *(TYPED_COLUMNS[name] for name in ROW_VALUE_FOCUS_COLUMNS))
+ATTRIBUTE_COLUMNS = (
+    *(db for focus, db in TYPED_COLUMNS.items() if focus not in ROW_VALUE_FOCUS_COLUMNS),
+    "focus_columns", "provider_columns",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,11 +91,22 @@ class NormaliseOptions:
 class NormalisedFile:
     name: str
     focus_version: str
-    table: pa.Table
-    """Columns named as in ``billing_rows`` plus ``source_row``; one row per kept input row."""
+    values: pa.Table
+    """``VALUE_COLUMNS`` and ``attributes_index`` (a row of ``attributes``); one row per kept
+    input row."""
+    attributes: pa.Table
+    """``ATTRIBUTE_COLUMNS``: the distinct combinations of the rows' other columns."""
     repairs: Counter[str] = field(default_factory=Counter)
     rejected: list[Problem] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+
+    def rows(self) -> pa.Table:
+        """Every column, one row per kept input row (the attributes joined back)."""
+        joined = self.attributes.take(self.values["attributes_index"])
+        table = self.values.drop_columns(["attributes_index"])
+        for name in joined.column_names:
+            table = table.append_column(name, joined[name])
+        return table
 
 
 def normalise_file(raw: RawFile, options: NormaliseOptions, *, first_row: int = 1,
@@ -88,7 +118,7 @@ def normalise_file(raw: RawFile, options: NormaliseOptions, *, first_row: int = 
     Raises:
         IngestError: On a header problem, or (strict mode) on any cell that cannot be repaired.
     """
-    out = NormalisedFile(raw.name, "", pa.table({}))
+    out = NormalisedFile(raw.name, "", pa.table({}), pa.table({}))
     if raw.had_bom:
         out.repairs["byte_order_mark"] += 1
     focus, provider = _map_header(raw, out)
@@ -99,32 +129,70 @@ def normalise_file(raw: RawFile, options: NormaliseOptions, *, first_row: int = 
     _check_mandatory(raw.name, set(focus), out.focus_version, options)
 
     length = raw.table.num_rows
-    results: dict[str, ColumnResult] = {}
-    for name, source in focus.items():
-        column = focus_schema.BY_NAME[name]
-        results[name] = normalise_column(column, _array(raw.table, source), tags=name == "Tags")
-    provider_results = {
-        name: normalise_column(None, _array(raw.table, name)) for name in provider
-    }
+    value_names = [name for name in focus if name in ROW_VALUE_FOCUS_COLUMNS]
+    attribute_names = [name for name in focus if name not in ROW_VALUE_FOCUS_COLUMNS]
+    distinct, attribute_index = distinct_rows(_maps_as_json(
+        raw.table.select([focus[name] for name in attribute_names] + provider)))
+    weights = np.bincount(attribute_index, minlength=distinct.num_rows)
 
-    problems = _cell_problems(raw.name, results | provider_results)
-    problems += _row_problems(raw.name, results)
+    values = {name: normalise_column(focus_schema.BY_NAME[name], _array(raw.table, focus[name]))
+              for name in value_names}
+    attributes = {
+        name: normalise_column(focus_schema.BY_NAME[name], _array(distinct, focus[name]),
+                               tags=name == "Tags", weights=weights)
+        for name in attribute_names
+    }
+    provider_results = {name: normalise_column(None, _array(distinct, name), weights=weights)
+                        for name in provider}
+
+    rows_of = _RowsOf(attribute_index)
+    problems = _cell_problems(raw.name, values, None) + _row_problems(raw.name, values, None)
+    problems += _cell_problems(raw.name, attributes | provider_results, rows_of)
+    problems += _row_problems(raw.name, attributes, rows_of)
     if first_row != 1:
         problems = [replace(p, row=None if p.row is None else p.row + first_row - 1)
                     for p in problems]
-    for result in (*results.values(), *provider_results.values()):
+    for result in (*values.values(), *attributes.values(), *provider_results.values()):
         out.repairs.update(result.repairs)
     bad = np.zeros(length, dtype=bool)
     if problems:
+        problems.sort(key=lambda p: (p.row or 0, p.column or ""))
         if not options.lenient:
-            raise IngestError(sorted(problems, key=lambda p: (p.row or 0, p.column or "")))
-        out.rejected = sorted(problems, key=lambda p: (p.row or 0, p.column or ""))
+            raise IngestError(problems)
+        out.rejected = problems
         bad[[p.row - first_row for p in problems if p.row is not None]] = True
 
-    out.table = _output_table(results, provider_results, length, first_row)
+    out.values = _value_table(values, length, first_row).append_column(
+        "attributes_index", pa.array(attribute_index))
     if bad.any():
-        out.table = out.table.filter(pa.array(~bad))
+        out.values = out.values.filter(pa.array(~bad))
+    out.attributes = _attribute_table(attributes, provider_results, distinct.num_rows)
     return out
+
+
+class _RowsOf:
+    """The file rows (0-based) that share each distinct attribute combination."""
+
+    def __init__(self, attribute_index: np.ndarray) -> None:
+        self._index = attribute_index
+        self._order: np.ndarray | None = None
+        self._starts: np.ndarray | None = None
+
+    def __call__(self, combination: int) -> np.ndarray:
+        if self._order is None or self._starts is None:  # built on the first problem only
+            self._order = np.argsort(self._index, kind="stable")
+            self._starts = np.searchsorted(self._index[self._order],
+                                           np.arange(int(self._index.max(initial=0)) + 2))
+        return self._order[self._starts[combination]:self._starts[combination + 1]]
+
+
+def _maps_as_json(table: pa.Table) -> pa.Table:
+    """Parquet map columns (AWS writes Tags that way) as JSON text, which can be compared."""
+    for index, column in enumerate(table.columns):
+        if pa.types.is_map(column.type):
+            table = table.set_column(index, table.field(index).name,
+                                     maps_to_json_text(column.combine_chunks()))
+    return table
 
 
 def _array(table: pa.Table, name: str) -> pa.Array:
@@ -169,43 +237,58 @@ def _check_mandatory(name: str, present: set[str], version: str,
         )])
 
 
-def _cell_problems(file: str, results: dict[str, ColumnResult]) -> list[Problem]:
+def _file_rows(positions: Iterable[int], rows_of: _RowsOf | None) -> Iterator[int]:
+    """1-based file rows of result positions (rows, or distinct combinations)."""
+    for position in positions:
+        if rows_of is None:
+            yield int(position) + 1
+        else:
+            yield from (int(row) + 1 for row in rows_of(int(position)))
+
+
+def _cell_problems(file: str, results: dict[str, ColumnResult],
+                   rows_of: _RowsOf | None) -> list[Problem]:
     return [
-        Problem(file, reason, row=row + 1, column=name, value=value)
+        Problem(file, reason, row=row, column=name, value=value)
         for name, result in results.items()
-        for row, (reason, value) in result.bad_rows.items()
+        for position, (reason, value) in result.bad_rows.items()
+        for row in _file_rows([position], rows_of)
     ]
 
 
-def _row_problems(file: str, results: dict[str, ColumnResult]) -> list[Problem]:
+def _row_problems(file: str, results: dict[str, ColumnResult],
+                  rows_of: _RowsOf | None) -> list[Problem]:
     problems = []
     for name in NOT_NULL:
         if name in results:
             already_bad = set(results[name].bad_rows)
             nulls = np.flatnonzero(pc.is_null(results[name].values).to_numpy(zero_copy_only=False))
-            problems += [Problem(file, "must not be null", row=int(r) + 1, column=name)
-                         for r in nulls if int(r) not in already_bad]
+            problems += [Problem(file, "must not be null", row=row, column=name)
+                         for row in _file_rows([int(r) for r in nulls if int(r) not in already_bad],
+                                               rows_of)]
     for start, end in (("ChargePeriodStart", "ChargePeriodEnd"),
                        ("BillingPeriodStart", "BillingPeriodEnd")):
         if start in results and end in results:
             backwards = pc.less_equal(results[end].values, results[start].values)
-            rows = np.flatnonzero(pc.fill_null(backwards, False).to_numpy(zero_copy_only=False))
+            positions = np.flatnonzero(pc.fill_null(backwards, False).to_numpy(zero_copy_only=False))
             problems += [Problem(file, f"{end} must be after {start} (periods are half-open)",
-                                 row=int(r) + 1, column=end) for r in rows]
+                                 row=row, column=end) for row in _file_rows(positions, rows_of)]
     return problems
 
 
-def _output_table(results: dict[str, ColumnResult], provider: dict[str, ColumnResult],
-                  length: int, first_row: int) -> pa.Table:
+def _value_table(results: dict[str, ColumnResult], length: int, first_row: int) -> pa.Table:
     columns: dict[str, pa.Array] = {
         "source_row": pa.array(np.arange(first_row, first_row + length, dtype=np.int32)),
     }
-    for focus_name, db_name in TYPED_COLUMNS.items():
-        if focus_name in results:
-            columns[db_name] = results[focus_name].values
-        else:
-            kind = focus_schema.BY_NAME[focus_name].kind
-            columns[db_name] = pa.nulls(length, _null_type(kind))
+    for focus_name in ROW_VALUE_FOCUS_COLUMNS:
+        columns[TYPED_COLUMNS[focus_name]] = _typed(focus_name, results, length)
+    return pa.table(columns)
+
+
+def _attribute_table(results: dict[str, ColumnResult], provider: dict[str, ColumnResult],
+                     length: int) -> pa.Table:
+    columns = {TYPED_COLUMNS[name]: _typed(name, results, length)
+               for name in TYPED_COLUMNS if name not in ROW_VALUE_FOCUS_COLUMNS}
     if "ProviderName" not in results and "ServiceProviderName" in results:
         columns["provider_name"] = results["ServiceProviderName"].values
     extra = [
@@ -217,6 +300,12 @@ def _output_table(results: dict[str, ColumnResult], provider: dict[str, ColumnRe
         [(name, result.values) for name, result in provider.items()], length
     )
     return pa.table(columns)
+
+
+def _typed(focus_name: str, results: dict[str, ColumnResult], length: int) -> pa.Array:
+    if focus_name in results:
+        return results[focus_name].values
+    return pa.nulls(length, _null_type(focus_schema.BY_NAME[focus_name].kind))
 
 
 def _null_type(kind: Kind) -> pa.DataType:

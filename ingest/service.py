@@ -43,7 +43,8 @@ ProgressHook = Callable[[str, int, int], None]
 """Called as (description, steps done, steps in all)."""
 
 CHUNK_ROWS = 250_000
-"""Rows normalised (and then written) at a time."""
+"""Rows normalised (and then written) at a time; the first chunk of a file is a fifth of
+that, so that the database starts writing sooner."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,44 +174,51 @@ def _load_rows(conn: Connection, files: list[_ReadFile],
                progress: ProgressHook | None) -> list[Problem]:
     """Normalise every file chunk by chunk (in a worker thread, one chunk ahead) and write
     the rows of the periods that change. After the first problem, only validate."""
-    chunks = [(read, first) for read in files
-              for first in range(0, read.raw.table.num_rows, CHUNK_ROWS)]
+    chunks = [(read, first, count) for read in files
+              for first, count in _chunks(read.raw.table.num_rows)]
     problems: list[Problem] = []
 
-    def normalise(chunk: tuple[_ReadFile, int]) -> NormalisedFile | IngestError:
-        read, first = chunk
+    def normalise(chunk: tuple[_ReadFile, int, int]) -> NormalisedFile | IngestError:
+        read, first, count = chunk
         try:
-            return normalise_file(_slice(read.raw, first, CHUNK_ROWS), options,
+            return normalise_file(_slice(read.raw, first, count), options,
                                   first_row=first + 1, count_header=False)
         except IngestError as exc:
             return exc
 
     rows_read: Counter[str] = Counter()
     rows_kept: Counter[str] = Counter()
-    for index, ((read, first), result) in enumerate(_ahead(normalise, chunks)):
+    for index, ((read, _, count), result) in enumerate(_ahead(normalise, chunks)):
         if progress:
             progress(f"loading {Path(read.file.name).name}", index, len(chunks))
-        chunk_rows = min(CHUNK_ROWS, read.raw.table.num_rows - first)
-        rows_read[read.file.name] += chunk_rows
+        rows_read[read.file.name] += count
         if isinstance(result, IngestError):
             problems += result.problems
             continue
-        rows_kept[read.file.name] += result.table.num_rows
+        rows_kept[read.file.name] += result.values.num_rows
         report.repairs.update(result.repairs)
         report.rejects += result.rejected
-        rows = result.table.append_column(
-            "source_file", pa.array([read.file.name] * result.table.num_rows, pa.string()))
-        for start, period_rows in _split_by_period(rows):
+        attributes = result.attributes.append_column(
+            "source_file", pa.array([read.file.name] * result.attributes.num_rows, pa.string()))
+        for start, values in _split_by_period(result):
             period = periods[(read.batch.source, start)]
-            _add_stats(period, period_rows)
+            _add_stats(period, values, attributes)
             if write and not problems and period.decision.action.writes:
                 if period.written is None:
                     period.written = open_delivery(conn, period.delivery, period.decision,
                                                    now=now)
-                insert_rows(conn, period.written, period_rows)
+                insert_rows(conn, period.written, values, attributes)
     report.files += [FileReport(r.file.name, r.focus_version, rows_read[r.file.name],
                                 rows_kept[r.file.name]) for r in files]
     return problems
+
+
+def _chunks(rows: int) -> Iterator[tuple[int, int]]:
+    """(first row, row count) of each chunk of a file of ``rows`` rows."""
+    first, size = 0, max(CHUNK_ROWS // 5, 1)
+    while first < rows:
+        yield first, min(size, rows - first)
+        first, size = first + size, CHUNK_ROWS
 
 
 def _slice(raw: RawFile, first: int, count: int) -> RawFile:
@@ -234,30 +242,42 @@ def _ahead(fn: Callable[[_T], _R], items: Iterable[_T]) -> Iterator[tuple[_T, _R
             yield pending[0], pending[1].result()
 
 
-def _split_by_period(rows: pa.Table) -> Iterator[tuple[datetime, pa.Table]]:
-    starts = pc.unique(rows["billing_period_start"]).to_pylist()
-    if len(starts) == 1:
-        yield starts[0], rows
+def _split_by_period(chunk: NormalisedFile) -> Iterator[tuple[datetime, pa.Table]]:
+    """The chunk's values, by billing period."""
+    starts = chunk.attributes["billing_period_start"].take(chunk.values["attributes_index"])
+    distinct = pc.unique(starts).to_pylist()
+    if len(distinct) == 1:
+        yield distinct[0], chunk.values
         return
-    for start in starts:
-        yield start, rows.filter(pc.equal(rows["billing_period_start"], start))
+    for start in distinct:
+        yield start, chunk.values.filter(pc.equal(starts, start))
 
 
-def _add_stats(period: _Period, rows: pa.Table) -> None:
-    period.rows += rows.num_rows
-    ends = pc.drop_null(rows["billing_period_end"])
+def _add_stats(period: _Period, values: pa.Table, attributes: pa.Table) -> None:
+    """Count the rows and add up their costs, per provider and currency, from the totals of
+    each attribute combination the rows use."""
+    period.rows += values.num_rows
+    per_combination = values.group_by("attributes_index").aggregate(
+        [("source_row", "count"), ("billed_cost_micros", "sum"), ("effective_cost_micros", "sum")])
+    used = attributes.take(per_combination["attributes_index"])
+    ends = pc.drop_null(used["billing_period_end"])
     if len(ends):
         end = pc.max(ends).as_py()
         period.end = end if period.end is None else max(period.end, end)
-    providers = rows.group_by("provider_name").aggregate([("source_row", "count")])
-    for name, count in zip(providers["provider_name"].to_pylist(),
-                           providers["source_row_count"].to_pylist(), strict=True):
+    totals = pa.table({
+        "provider": used["provider_name"], "currency": used["billing_currency"],
+        "rows": per_combination["source_row_count"],
+        "billed": per_combination["billed_cost_micros_sum"],
+        "effective": per_combination["effective_cost_micros_sum"],
+    })
+    providers = totals.group_by("provider").aggregate([("rows", "sum")])
+    for name, count in zip(providers["provider"].to_pylist(),
+                           providers["rows_sum"].to_pylist(), strict=True):
         period.by_provider[name if name is not None else "(none)"] += count
-    sums = rows.group_by("billing_currency").aggregate(
-        [("billed_cost_micros", "sum"), ("effective_cost_micros", "sum")])
+    sums = totals.group_by("currency").aggregate([("billed", "sum"), ("effective", "sum")])
     for currency, billed, effective in zip(
-            sums["billing_currency"].to_pylist(), sums["billed_cost_micros_sum"].to_pylist(),
-            sums["effective_cost_micros_sum"].to_pylist(), strict=True):
+            sums["currency"].to_pylist(), sums["billed_sum"].to_pylist(),
+            sums["effective_sum"].to_pylist(), strict=True):
         period.totals.setdefault(currency or NO_CURRENCY, CostTotals()).add(
             CostTotals(int(billed or 0), int(effective or 0)))
 

@@ -34,7 +34,7 @@ def test_chunks_store_and_report_what_one_pass_does(engine: Engine,
         for table in (billing_row_values, billing_row_attributes, BillingDelivery.__table__):
             conn.execute(delete(table))
 
-    monkeypatch.setattr(ingest.service, "CHUNK_ROWS", 7)  # 51 rows: 8 chunks, the last short
+    monkeypatch.setattr(ingest.service, "CHUNK_ROWS", 7)  # 51 rows: 1, then 7s, then 1
     chunked = ingest_billing(engine, str(MESSY), IngestOptions(source="one"))
 
     assert _stored(engine) == stored_whole
@@ -46,21 +46,48 @@ def test_chunks_store_and_report_what_one_pass_does(engine: Engine,
 
 def test_problems_keep_file_row_numbers_across_chunks(engine: Engine, tmp_path: Path,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(ingest.service, "CHUNK_ROWS", 4)
+    monkeypatch.setattr(ingest.service, "CHUNK_ROWS", 4)  # chunks: row 1, 2-5, 6-9, 10-12
     rows = [focus_row(hour=h) for h in range(12)]
     rows[2] = focus_row(hour=2, BilledCost="abc")
     rows[9] = focus_row(hour=9, ChargePeriodStart="yesterday")
+    for row in (5, 7, 10):  # rows 6 and 8 share one attribute combination (and one bad value)
+        rows[row] = focus_row(hour=row, Tags="[1, 2]")
     path = write_focus_csv(tmp_path / "bad.csv", rows)
 
     with pytest.raises(IngestError) as strict:
         ingest_billing(engine, str(path), IngestOptions())
     assert [(p.row, p.column) for p in strict.value.problems] == [
-        (3, "BilledCost"), (10, "ChargePeriodStart")]
+        (3, "BilledCost"), (6, "Tags"), (8, "Tags"), (10, "ChargePeriodStart"), (11, "Tags")]
     assert _stored(engine) == []  # chunks before the bad ones were rolled back
 
     report = ingest_billing(engine, str(path),
                             IngestOptions(normalise=NormaliseOptions(lenient=True)))
     assert [(p.row, p.column) for p in report.rejects] == [
-        (3, "BilledCost"), (10, "ChargePeriodStart")]
-    assert [r[0] for r in _stored(engine)] == [1, 2, 4, 5, 6, 7, 8, 9, 11, 12]
-    assert (report.files[0].rows_read, report.files[0].rows_kept) == (12, 10)
+        (3, "BilledCost"), (6, "Tags"), (8, "Tags"), (10, "ChargePeriodStart"), (11, "Tags")]
+    assert [r[0] for r in _stored(engine)] == [1, 2, 4, 5, 7, 9, 12]
+    assert (report.files[0].rows_read, report.files[0].rows_kept) == (12, 7)
+
+
+def test_each_attribute_combination_is_stored_once_per_delivery(
+        engine: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ingest.service, "CHUNK_ROWS", 4)  # the combinations recur in every chunk
+    rows = [focus_row(hour=h, ResourceId=f"i-{h % 2}") for h in range(12)]
+    rows[5] = focus_row(hour=5, ResourceId="i-1", ChargeCategory="usage")  # normalises alike
+    ingest_billing(engine, str(write_focus_csv(tmp_path / "a.csv", rows)), IngestOptions())
+
+    with engine.connect() as conn:
+        stored = conn.execute(select(billing_row_attributes.c.resource_id)
+                              .order_by(billing_row_attributes.c.resource_id)).scalars().all()
+        by_row = conn.execute(select(BillingRow.source_row, BillingRow.resource_id,
+                                     BillingRow.charge_category)
+                              .order_by(BillingRow.source_row)).all()
+    assert stored == ["i-0", "i-1"]
+    assert [tuple(r) for r in by_row] == [(h + 1, f"i-{h % 2}", "Usage") for h in range(12)]
+
+    rows[0] = focus_row(hour=0, ResourceId="i-9")  # a restated delivery replaces them all
+    ingest_billing(engine, str(write_focus_csv(tmp_path / "a.csv", rows)),
+                   IngestOptions(force=True))
+    with engine.connect() as conn:
+        assert conn.execute(select(billing_row_attributes.c.resource_id)
+                            .order_by(billing_row_attributes.c.resource_id)
+                            ).scalars().all() == ["i-0", "i-1", "i-9"]
