@@ -40,10 +40,11 @@ def reserve_ids(conn: Connection, table_name: str, count: int) -> np.ndarray:
     if count == 0:
         return np.zeros(0, np.int64)
     if conn.dialect.name == "postgresql":
+        sequence = conn.exec_driver_sql("SELECT pg_get_serial_sequence(%(table)s, 'id')",
+                                        {"table": table_name}).scalar_one()
         return np.array(conn.exec_driver_sql(
-            "SELECT nextval(pg_get_serial_sequence(%(table)s, 'id')) "
-            "FROM generate_series(1, %(count)s)",
-            {"table": table_name, "count": count}).scalars().all(), np.int64)
+            "SELECT array_agg(nextval(%(sequence)s::regclass)) FROM generate_series(1, %(count)s)",
+            {"sequence": sequence, "count": count}).scalar_one(), np.int64)
     largest = conn.exec_driver_sql(f"SELECT COALESCE(MAX(id), 0) FROM {table_name}").scalar_one()
     return np.arange(largest + 1, largest + 1 + count, dtype=np.int64)
 

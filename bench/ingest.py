@@ -6,11 +6,14 @@ PostgreSQL, timed side by side with a bare pyarrow read of the same file.
 Prints rows/s and the ratio of end-to-end ingest time to the bare read (target: <= 5x, and
 under 30 s into PostgreSQL on the 2-core reference machine), then the time each database
 takes to store the already-normalised rows alone: the floor under the end-to-end time.
+Every figure is the median of several runs, with the lowest and highest in brackets.
 """
 
 import argparse
+import contextlib
 import json
 import os
+import statistics
 import tempfile
 import time
 from collections.abc import Callable
@@ -20,11 +23,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
+from sqlalchemy import Engine
+from sqlalchemy.exc import DBAPIError
 
 from app import migrate
 from app.db import make_engine
 from bench.common import fresh_postgres
-from ingest.load import OpenDelivery, insert_rows
+from ingest.load import insert_rows
 from ingest.normalize import NormaliseOptions, normalise_file
 from ingest.readers import read_billing_file
 from ingest.service import IngestOptions, ingest_billing
@@ -79,10 +84,20 @@ def timed(fn: Callable[[], object]) -> float:
     return time.perf_counter() - start
 
 
+def settle(engine: Engine) -> None:
+    """Let the previous run's writes reach the disk first, so that no run pays for another's
+    (PostgreSQL's CHECKPOINT needs a superuser or pg_checkpoint; without, the run goes on)."""
+    os.sync()
+    if engine.dialect.name == "postgresql":
+        with engine.connect() as conn, contextlib.suppress(DBAPIError):
+            conn.exec_driver_sql("CHECKPOINT")
+
+
 def ingest_once(url: str, path: Path) -> float:
     migrate.upgrade(url)
     engine = make_engine(url)
     try:
+        settle(engine)
         seconds = timed(lambda: ingest_billing(engine, str(path), IngestOptions()))
     finally:
         engine.dispose()
@@ -98,15 +113,29 @@ def write_only(url: str, path: Path) -> float:
         "source_file", pa.array([path.name] * rows.attributes.num_rows))
     engine = make_engine(url)
     try:
+        settle(engine)
         with engine.begin() as conn:
-            return timed(lambda: insert_rows(conn, OpenDelivery(0), rows.values, attributes))
+            return timed(lambda: insert_rows(conn, 0, rows.values, attributes))
     finally:
         engine.dispose()
 
 
+def median_seconds(fn: Callable[[], float], runs: int) -> tuple[float, float, float]:
+    """Median, lowest and highest of ``runs`` timings: one run on these machines is noise."""
+    times = sorted(fn() for _ in range(runs))
+    return statistics.median(times), times[0], times[-1]
+
+
+def bare_read(path: Path) -> float:
+    return timed(lambda: pq.read_table(path) if path.suffix == ".parquet" else pacsv.read_csv(path))
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--runs", type=int, default=3, help="ingests timed per format and "
+                        "database (the median is reported; bare reads are timed 2x as often)")
     parser.add_argument("--postgres", default=os.environ.get(
         "SPECLEDGER_TEST_POSTGRES_URL",
         "postgresql+psycopg://postgres:postgres@127.0.0.1:5432/specledger_test"))
@@ -117,29 +146,39 @@ def main() -> None:
         files = {"csv.gz": folder / "bench.csv.gz", "parquet": folder / "bench.parquet"}
         for path in files.values():
             write_bill(table, path)
+
+        def url_for(db: str) -> str:
+            if db == "postgresql":
+                return fresh_postgres(args.postgres, "specledger_bench")
+            database = folder / "bench.db"
+            database.unlink(missing_ok=True)
+            return f"sqlite+pysqlite:///{database}"
+
         results = []
+        bare_reads = {}
         for fmt, path in files.items():
-            bare = timed(lambda p=path: pq.read_table(p) if p.suffix == ".parquet"  # type: ignore[misc]
-                         else pacsv.read_csv(p))
+            bare, bare_low, bare_high = median_seconds(lambda p=path: bare_read(p),  # type: ignore[misc]
+                                                       2 * args.runs)
+            bare_reads[fmt] = bare
             for db in ("sqlite", "postgresql"):
-                url = (f"sqlite+pysqlite:///{folder / f'{fmt}.db'}" if db == "sqlite"
-                       else fresh_postgres(args.postgres, "specledger_bench"))
-                seconds = ingest_once(url, path)
+                seconds, low, high = median_seconds(
+                    lambda d=db, p=path: ingest_once(url_for(d), p), args.runs)  # type: ignore[misc]
                 results.append({"format": fmt, "database": db, "rows": args.rows,
                                 "bare_read_s": round(bare, 2), "ingest_s": round(seconds, 2),
+                                "ingest_range_s": [round(low, 2), round(high, 2)],
                                 "rows_per_s": round(args.rows / seconds),
                                 "ratio_to_bare_read": round(seconds / bare, 1)})
-                print(f"{fmt:8} {db:10} ingest {seconds:6.1f} s  {args.rows / seconds:9.0f} rows/s"
-                      f"  bare read {bare:5.2f} s  ratio {seconds / bare:5.1f}x", flush=True)
+                print(f"{fmt:8} {db:10} ingest {seconds:5.1f} s ({low:.1f}-{high:.1f}) "
+                      f"{args.rows / seconds:8.0f} rows/s  bare read {bare:4.2f} s "
+                      f"({bare_low:.2f}-{bare_high:.2f})  ratio {seconds / bare:4.1f}x", flush=True)
         for db in ("sqlite", "postgresql"):
-            url = (f"sqlite+pysqlite:///{folder / 'write-only.db'}" if db == "sqlite"
-                   else fresh_postgres(args.postgres, "specledger_bench"))
-            seconds = write_only(url, files["parquet"])
-            bare = next(r["bare_read_s"] for r in results if r["format"] == "csv.gz")
+            seconds, low, high = median_seconds(
+                lambda d=db: write_only(url_for(d), files["parquet"]), args.runs)  # type: ignore[misc]
             results.append({"format": "normalised rows", "database": db, "rows": args.rows,
                             "write_only_s": round(seconds, 2)})
-            print(f"{'rows':8} {db:10} write alone {seconds:6.1f} s (the floor; "
-                  f"{seconds / bare:4.1f}x the csv.gz bare read)", flush=True)
+            print(f"{'rows':8} {db:10} write alone {seconds:5.1f} s ({low:.1f}-{high:.1f}; the "
+                  f"floor: {seconds / bare_reads['csv.gz']:3.1f}x the csv.gz bare read, "
+                  f"{seconds / bare_reads['parquet']:3.1f}x the Parquet one)", flush=True)
         print(json.dumps(results))
 
 

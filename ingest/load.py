@@ -5,7 +5,7 @@ A period is first judged (unchanged, stale, new or a replacement) from its finge
 then opened when its first rows arrive, filled chunk by chunk, and closed with its row count.
 """
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 
@@ -70,14 +70,14 @@ def decide(conn: Connection, delivery: PeriodDelivery, *, force: bool = False) -
 
 
 def open_delivery(conn: Connection, delivery: PeriodDelivery, decision: Decision, *,
-                  now: datetime) -> "OpenDelivery":
-    """Supersede the current delivery (deleting its rows) and insert the new one."""
+                  now: datetime) -> int:
+    """Supersede the current delivery (deleting its rows) and insert the new one; its id."""
     if decision.action is LoadAction.replaced:
         for table in (billing_row_values, billing_row_attributes):
             conn.execute(delete(table).where(table.c.delivery_id == decision.current_id))
         conn.execute(update(BillingDelivery).where(BillingDelivery.id == decision.current_id)
                      .values(superseded_at=now))
-    return OpenDelivery(int(conn.execute(
+    return int(conn.execute(
         insert(BillingDelivery).values(
             source=delivery.source,
             billing_period_start=delivery.billing_period_start,
@@ -89,42 +89,25 @@ def open_delivery(conn: Connection, delivery: PeriodDelivery, decision: Decision
             delivered_at=delivery.delivered_at,
             ingested_at=now,
         ).returning(BillingDelivery.id)
-    ).scalar_one()))
+    ).scalar_one())
 
 
-@dataclass
-class OpenDelivery:
-    """A delivery being written, and the attribute records it has stored so far."""
-
-    id: int
-    attribute_ids: dict[tuple[object, ...], int] = field(default_factory=dict)
-
-
-def insert_rows(conn: Connection, delivery: OpenDelivery, values: pa.Table,
+def insert_rows(conn: Connection, delivery_id: int, values: pa.Table,
                 attributes: pa.Table) -> None:
     """Normalised rows: their values (``VALUE_COLUMNS`` and ``attributes_index``, a row of
-    ``attributes``, which has ``STORED_ATTRIBUTES``), and the attribute combinations they use
-    that the delivery has not stored yet."""
+    ``attributes``, which has ``STORED_ATTRIBUTES``), and the attribute combinations they
+    use. A combination is stored once per call (per chunk of a file): looking for it among
+    the delivery's earlier chunks would cost more than the few thousand rows it saves."""
     used = np.unique(values["attributes_index"].to_numpy())
-    keys = list(zip(*(column.to_pylist() for column in
-                      attributes.select(STORED_ATTRIBUTES).take(pa.array(used)).columns),
-                    strict=True))
-    fresh: dict[tuple[object, ...], int] = {}
-    """New combination -> its first position in ``used`` (two can normalise alike)."""
-    for position, key in enumerate(keys):
-        if key not in delivery.attribute_ids and key not in fresh:
-            fresh[key] = position
-    if fresh:
-        ids = reserve_ids(conn, "billing_row_attributes", len(fresh))
-        delivery.attribute_ids.update(zip(fresh, ids.tolist(), strict=True))
-        new_rows = attributes.select(STORED_ATTRIBUTES).take(pa.array(used[list(fresh.values())]))
-        bulk_insert(conn, "billing_row_attributes", new_rows
-                    .append_column("id", pa.array(ids))
-                    .append_column("delivery_id", _repeat(delivery.id, len(fresh))))
+    ids = reserve_ids(conn, "billing_row_attributes", len(used))
+    bulk_insert(conn, "billing_row_attributes",
+                attributes.select(STORED_ATTRIBUTES).take(pa.array(used))
+                .append_column("id", pa.array(ids))
+                .append_column("delivery_id", _repeat(delivery_id, len(used))))
     attribute_id = np.zeros(attributes.num_rows, np.int64)
-    attribute_id[used] = [delivery.attribute_ids[key] for key in keys]
+    attribute_id[used] = ids
     bulk_insert(conn, "billing_rows", values.select(VALUE_COLUMNS)
-                .append_column("delivery_id", _repeat(delivery.id, values.num_rows))
+                .append_column("delivery_id", _repeat(delivery_id, values.num_rows))
                 .append_column("attributes_id",
                                pa.array(attribute_id[values["attributes_index"].to_numpy()])))
 

@@ -25,7 +25,6 @@ from ingest.columns import normalise_column
 from ingest.errors import IngestError, Problem
 from ingest.load import (
     Decision,
-    OpenDelivery,
     PeriodDelivery,
     close_delivery,
     decide,
@@ -70,7 +69,7 @@ class _Period:
 
     delivery: PeriodDelivery
     decision: Decision
-    written: OpenDelivery | None = None
+    delivery_id: int | None = None
     rows: int = 0
     end: datetime | None = None
     by_provider: Counter[str] = field(default_factory=Counter)
@@ -106,8 +105,8 @@ def ingest_billing(engine: Engine, location: str, options: IngestOptions,
         if problems:
             raise IngestError(problems)  # rolls the transaction back
         for period in periods.values():
-            if period.written is not None:
-                close_delivery(conn, period.written.id, row_count=period.rows,
+            if period.delivery_id is not None:
+                close_delivery(conn, period.delivery_id, row_count=period.rows,
                                billing_period_end=period.end or period.delivery.billing_period_start)
     report.periods = [p.report() for p in periods.values() if p.rows]
     if progress:
@@ -204,10 +203,10 @@ def _load_rows(conn: Connection, files: list[_ReadFile],
             period = periods[(read.batch.source, start)]
             _add_stats(period, values, attributes)
             if write and not problems and period.decision.action.writes:
-                if period.written is None:
-                    period.written = open_delivery(conn, period.delivery, period.decision,
-                                                   now=now)
-                insert_rows(conn, period.written, values, attributes)
+                if period.delivery_id is None:
+                    period.delivery_id = open_delivery(conn, period.delivery, period.decision,
+                                                       now=now)
+                insert_rows(conn, period.delivery_id, values, attributes)
     report.files += [FileReport(r.file.name, r.focus_version, rows_read[r.file.name],
                                 rows_kept[r.file.name]) for r in files]
     return problems

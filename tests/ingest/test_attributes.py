@@ -44,3 +44,4 @@ def test_many_columns_of_many_values_do_not_overflow_the_combined_key() -> None:
     assert distinct.num_rows == len(set(zip(*(c.to_pylist() for c in table.columns),
                                                 strict=True)))
     assert distinct.take(pa.array(index)).to_pylist() == table.to_pylist()
+

@@ -68,26 +68,30 @@ def test_problems_keep_file_row_numbers_across_chunks(engine: Engine, tmp_path: 
     assert (report.files[0].rows_read, report.files[0].rows_kept) == (12, 7)
 
 
-def test_each_attribute_combination_is_stored_once_per_delivery(
+def test_each_attribute_combination_is_stored_once_per_chunk(
         engine: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(ingest.service, "CHUNK_ROWS", 4)  # the combinations recur in every chunk
     rows = [focus_row(hour=h, ResourceId=f"i-{h % 2}") for h in range(12)]
-    rows[5] = focus_row(hour=5, ResourceId="i-1", ChargeCategory="usage")  # normalises alike
+    rows[5] = focus_row(hour=5, ResourceId="i-1", ChargeCategory="usage")  # repaired alike
+
+    def attribute_records() -> list[str]:
+        with engine.connect() as conn:
+            return list(conn.execute(select(billing_row_attributes.c.resource_id)
+                                     .order_by(billing_row_attributes.c.resource_id)).scalars())
+
+    def stored_rows() -> list[tuple[object, ...]]:
+        with engine.connect() as conn:
+            return [tuple(r) for r in conn.execute(
+                select(BillingRow.source_row, BillingRow.resource_id, BillingRow.charge_category,
+                       BillingRow.billed_cost_micros).order_by(BillingRow.source_row))]
+
+    expected = [(h + 1, f"i-{h % 2}", "Usage", 1_500_000) for h in range(12)]
     ingest_billing(engine, str(write_focus_csv(tmp_path / "a.csv", rows)), IngestOptions())
+    assert attribute_records() == ["i-0", "i-1", "i-1"]  # row 6 differed before its repair
+    assert stored_rows() == expected
 
-    with engine.connect() as conn:
-        stored = conn.execute(select(billing_row_attributes.c.resource_id)
-                              .order_by(billing_row_attributes.c.resource_id)).scalars().all()
-        by_row = conn.execute(select(BillingRow.source_row, BillingRow.resource_id,
-                                     BillingRow.charge_category)
-                              .order_by(BillingRow.source_row)).all()
-    assert stored == ["i-0", "i-1"]
-    assert [tuple(r) for r in by_row] == [(h + 1, f"i-{h % 2}", "Usage") for h in range(12)]
-
-    rows[0] = focus_row(hour=0, ResourceId="i-9")  # a restated delivery replaces them all
+    monkeypatch.setattr(ingest.service, "CHUNK_ROWS", 4)  # chunks: row 1, 2-5, 6-9, 10-12
+    rows[0] = focus_row(hour=0, ResourceId="i-0", BilledCost="1.5")  # a restated delivery
     ingest_billing(engine, str(write_focus_csv(tmp_path / "a.csv", rows)),
                    IngestOptions(force=True))
-    with engine.connect() as conn:
-        assert conn.execute(select(billing_row_attributes.c.resource_id)
-                            .order_by(billing_row_attributes.c.resource_id)
-                            ).scalars().all() == ["i-0", "i-1", "i-9"]
+    assert attribute_records() == ["i-0"] * 4 + ["i-1"] * 4  # the first delivery's are gone
+    assert stored_rows() == expected
