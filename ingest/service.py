@@ -41,6 +41,11 @@ from ingest.sources.s3 import discover_s3
 ProgressHook = Callable[[str, int, int], None]
 """Called as (description, steps done, steps in all)."""
 
+KEEP_READ_BYTES = 2 << 30
+"""Files read to plan the billing periods stay in memory for the load up to this many bytes
+(Arrow's size); beyond it, a file is dropped after planning and read again when its rows are
+loaded, so a multi-gigabyte export is never in memory whole."""
+
 CHUNK_ROWS = 250_000
 """Rows normalised (and then written) at a time; the first chunk of a file is a fifth of
 that, so that the database starts writing sooner."""
@@ -55,12 +60,18 @@ class IngestOptions:
     s3_endpoint_url: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _ReadFile:
     batch: SourceBatch
     file: SourceFile
-    raw: RawFile
     focus_version: str
+    rows: int
+    period_starts: list[datetime]
+    kept: RawFile | None
+    """The file's rows, when they stayed in memory after planning."""
+
+    def raw(self) -> RawFile:
+        return self.kept or read_billing_file(self.file.path, display_name=self.file.name)
 
 
 @dataclass
@@ -89,6 +100,7 @@ def ingest_billing(engine: Engine, location: str, options: IngestOptions,
         IngestError: If any input cannot be used; then nothing was written.
     """
     report = IngestReport()
+    # Downloads stay until the load is done: a file beyond KEEP_READ_BYTES is read twice.
     with tempfile.TemporaryDirectory(prefix="specledger-s3-") as download_dir:
         if location.startswith("s3://"):
             batches = discover_s3(location, Path(download_dir),
@@ -96,18 +108,19 @@ def ingest_billing(engine: Engine, location: str, options: IngestOptions,
         else:
             batches = [discover_files(Path(location), source=options.source)]
         files, problems = _read_files(batches, options.normalise, report, progress)
-    now = datetime.now(UTC)
-    with engine.begin() as conn:
-        periods = {key: _Period(delivery, decide(conn, delivery, force=options.force))
-                   for key, delivery in _plan_periods(files, options.normalise).items()}
-        problems += _load_rows(conn, files, periods, options.normalise, report, now=now,
-                               write=not problems, progress=progress)
-        if problems:
-            raise IngestError(problems)  # rolls the transaction back
-        for period in periods.values():
-            if period.delivery_id is not None:
-                close_delivery(conn, period.delivery_id, row_count=period.rows,
-                               billing_period_end=period.end or period.delivery.billing_period_start)
+        now = datetime.now(UTC)
+        with engine.begin() as conn:
+            periods = {key: _Period(delivery, decide(conn, delivery, force=options.force))
+                       for key, delivery in _plan_periods(files, options.normalise).items()}
+            problems += _load_rows(conn, files, periods, options.normalise, report, now=now,
+                                   write=not problems, progress=progress)
+            if problems:
+                raise IngestError(problems)  # rolls the transaction back
+            for period in periods.values():
+                if period.delivery_id is not None:
+                    close_delivery(conn, period.delivery_id, row_count=period.rows,
+                                   billing_period_end=period.end
+                                   or period.delivery.billing_period_start)
     report.periods = [p.report() for p in periods.values() if p.rows]
     if progress:
         progress("done", 1, 1)
@@ -120,6 +133,7 @@ def _read_files(batches: list[SourceBatch], options: NormaliseOptions, report: I
     total = sum(len(b.files) for b in batches)
     files: list[_ReadFile] = []
     problems: list[Problem] = []
+    kept_bytes = 0
     for batch in batches:
         for file in batch.files:
             if progress:
@@ -130,7 +144,10 @@ def _read_files(batches: list[SourceBatch], options: NormaliseOptions, report: I
             except IngestError as exc:
                 problems += exc.problems
                 continue
-            files.append(_ReadFile(batch, file, raw, header.focus_version))
+            kept_bytes += raw.table.nbytes
+            files.append(_ReadFile(batch, file, header.focus_version, raw.table.num_rows,
+                                   _period_starts(raw),
+                                   raw if kept_bytes <= KEEP_READ_BYTES else None))
             report.repairs.update(header.repairs)
             report.warnings += header.warnings
     return files, problems
@@ -142,7 +159,7 @@ def _plan_periods(files: list[_ReadFile],
     values of its files; rows whose value is bad are reported later, with the rest."""
     contributors: dict[tuple[str, datetime], list[_ReadFile]] = {}
     for read in files:
-        for start in _period_starts(read.raw):
+        for start in read.period_starts:
             contributors.setdefault((read.batch.source, start), []).append(read)
     return {
         (source, start): PeriodDelivery(
@@ -173,14 +190,16 @@ def _load_rows(conn: Connection, files: list[_ReadFile],
                progress: ProgressHook | None) -> list[Problem]:
     """Normalise every file chunk by chunk (in a worker thread, one chunk ahead) and write
     the rows of the periods that change. After the first problem, only validate."""
-    chunks = [(read, first, count) for read in files
-              for first, count in _chunks(read.raw.table.num_rows)]
+    chunks = [(read, first, count) for read in files for first, count in _chunks(read.rows)]
     problems: list[Problem] = []
+    current: list[tuple[_ReadFile, RawFile]] = []  # the worker's file: read once per file
 
     def normalise(chunk: tuple[_ReadFile, int, int]) -> NormalisedFile | IngestError:
         read, first, count = chunk
         try:
-            return normalise_file(_slice(read.raw, first, count), options,
+            if not current or current[0][0] is not read:
+                current[:] = [(read, read.raw())]
+            return normalise_file(_slice(current[0][1], first, count), options,
                                   first_row=first + 1, count_header=False)
         except IngestError as exc:
             return exc
@@ -207,6 +226,7 @@ def _load_rows(conn: Connection, files: list[_ReadFile],
                     period.delivery_id = open_delivery(conn, period.delivery, period.decision,
                                                        now=now)
                 insert_rows(conn, period.delivery_id, values, attributes)
+    current.clear()
     report.files += [FileReport(r.file.name, r.focus_version, rows_read[r.file.name],
                                 rows_kept[r.file.name]) for r in files]
     return problems

@@ -11,6 +11,7 @@ from app.models import BillingDelivery, BillingRow
 from app.models.billing import billing_row_attributes, billing_row_values
 from ingest.errors import IngestError
 from ingest.normalize import NormaliseOptions
+from ingest.readers import RawFile
 from ingest.service import IngestOptions, ingest_billing
 from tests.conftest import FIXTURES
 from tests.ingest.helpers import focus_row, write_focus_csv
@@ -95,3 +96,32 @@ def test_each_attribute_combination_is_stored_once_per_chunk(
                    IngestOptions(force=True))
     assert attribute_records() == ["i-0"] * 4 + ["i-1"] * 4  # the first delivery's are gone
     assert stored_rows() == expected
+
+
+def test_files_beyond_the_memory_budget_are_read_again_with_the_same_result(
+        engine: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    folder = tmp_path / "export"
+    folder.mkdir()
+    write_focus_csv(folder / "october.csv", [focus_row(hour=h) for h in range(5)])
+    write_focus_csv(folder / "november.csv.gz", [focus_row("2026-11", hour=h) for h in range(3)])
+    (folder / "messy.csv").write_bytes(MESSY.read_bytes())
+    kept = ingest_billing(engine, str(folder), IngestOptions(source="s"))
+    stored_kept = sorted(_stored(engine), key=repr)  # three files share row numbers
+    with engine.begin() as conn:
+        for table in (billing_row_values, billing_row_attributes, BillingDelivery.__table__):
+            conn.execute(delete(table))
+
+    reads: list[str] = []
+    real_read = ingest.service.read_billing_file
+
+    def counting_read(path: Path, **kwargs: str) -> RawFile:
+        reads.append(path.name)
+        return real_read(path, **kwargs)
+
+    monkeypatch.setattr(ingest.service, "read_billing_file", counting_read)
+    monkeypatch.setattr(ingest.service, "KEEP_READ_BYTES", 0)
+    again = ingest_billing(engine, str(folder), IngestOptions(source="s"))
+
+    assert sorted(reads) == sorted(2 * ["october.csv", "november.csv.gz", "messy.csv"])
+    assert sorted(_stored(engine), key=repr) == stored_kept
+    assert again.to_json() == kept.to_json()

@@ -13,6 +13,7 @@ from moto.server import ThreadedMotoServer
 from sqlalchemy import Engine, select
 from typer.testing import CliRunner
 
+import ingest.service
 from app.cli import app
 from app.models import BillingRow
 from tests.ingest.helpers import focus_csv_text, focus_row
@@ -62,9 +63,13 @@ def _descriptions(engine: Engine) -> list[str]:
                                  .order_by(BillingRow.charge_period_start)))
 
 
+@pytest.mark.parametrize("keep_read_bytes", [ingest.service.KEEP_READ_BYTES, 0],
+                         ids=["kept-in-memory", "downloads-read-again"])
 def test_two_deliveries_of_a_month_leave_only_the_newest_manifests_rows(
-    engine: Engine, cli_env: str, s3, tmp_path: Path  # type: ignore[no-untyped-def]
+    engine: Engine, cli_env: str, s3, tmp_path: Path,  # type: ignore[no-untyped-def]
+    keep_read_bytes: int, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    monkeypatch.setattr(ingest.service, "KEEP_READ_BYTES", keep_read_bytes)
     _deliver(s3, "BILLING_PERIOD=2026-10", "exec-1",
              [focus_row(hour=h, ChargeDescription="first") for h in range(3)])
     time.sleep(1.1)  # S3 LastModified has one-second resolution
