@@ -1,7 +1,9 @@
-"""Turn a raw billing file into rows shaped like the ``billing_rows`` table.
+"""Turn a raw billing file into rows shaped like the stored billing rows: per-row values,
+and the distinct combinations of everything else (see ``app.models.billing``).
 
 Validates the FOCUS header (mandatory columns for the file's version), normalises every
-cell, counts repairs, and either rejects the file (strict) or drops the bad rows (lenient).
+cell (each distinct attribute combination once), counts repairs in rows, and either rejects
+the file (strict) or drops the bad rows (lenient).
 """
 
 from collections import Counter
@@ -99,14 +101,6 @@ class NormalisedFile:
     repairs: Counter[str] = field(default_factory=Counter)
     rejected: list[Problem] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
-
-    def rows(self) -> pa.Table:
-        """Every column, one row per kept input row (the attributes joined back)."""
-        joined = self.attributes.take(self.values["attributes_index"])
-        table = self.values.drop_columns(["attributes_index"])
-        for name in joined.column_names:
-            table = table.append_column(name, joined[name])
-        return table
 
 
 def normalise_file(raw: RawFile, options: NormaliseOptions, *, first_row: int = 1,
