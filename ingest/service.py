@@ -71,7 +71,9 @@ class _ReadFile:
     """The file's rows, when they stayed in memory after planning."""
 
     def raw(self) -> RawFile:
-        return self.kept or read_billing_file(self.file.path, display_name=self.file.name)
+        if self.kept is not None:
+            return self.kept
+        return read_billing_file(self.file.path, display_name=self.file.name)
 
 
 @dataclass

@@ -102,10 +102,6 @@ billing_row_attributes = Table(
     Index("ix_billing_row_attributes_delivery_id", "delivery_id"),
 )
 
-ROW_VALUE_COLUMNS = tuple(c.name for c in billing_row_values.columns
-                          if c.name not in ("id", "delivery_id", "attributes_id"))
-"""The normalised columns stored per row; the others are attributes."""
-
 
 class BillingRow(Base):
     """One FOCUS cost-and-usage row, normalised, as read (the join of its two parts; the
