@@ -40,11 +40,16 @@ def reserve_ids(conn: Connection, table_name: str, count: int) -> np.ndarray:
     if count == 0:
         return np.zeros(0, np.int64)
     if conn.dialect.name == "postgresql":
-        sequence = conn.exec_driver_sql("SELECT pg_get_serial_sequence(%(table)s, 'id')",
-                                        {"table": table_name}).scalar_one()
-        return np.array(conn.exec_driver_sql(
-            "SELECT array_agg(nextval(%(sequence)s::regclass)) FROM generate_series(1, %(count)s)",
-            {"sequence": sequence, "count": count}).scalar_one(), np.int64)
+        sequence = conn.exec_driver_sql(
+            "SELECT pg_get_serial_sequence(%(table)s, 'id')", {"table": table_name}
+        ).scalar_one()
+        return np.array(
+            conn.exec_driver_sql(
+                "SELECT array_agg(nextval(%(sequence)s::regclass)) FROM generate_series(1, %(count)s)",
+                {"sequence": sequence, "count": count},
+            ).scalar_one(),
+            np.int64,
+        )
     largest = conn.exec_driver_sql(f"SELECT COALESCE(MAX(id), 0) FROM {table_name}").scalar_one()
     return np.arange(largest + 1, largest + 1 + count, dtype=np.int64)
 
@@ -53,7 +58,8 @@ def _postgres_column_types(conn: Connection, table_name: str) -> dict[str, str]:
     result = conn.exec_driver_sql(
         "SELECT a.attname, t.typname FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid "
         "WHERE a.attrelid = %(table)s::regclass AND a.attnum > 0 AND NOT a.attisdropped",
-        {"table": table_name})
+        {"table": table_name},
+    )
     return {row[0]: row[1] for row in result}
 
 
@@ -85,12 +91,14 @@ def _copy_postgres(conn: Connection, table_name: str, rows: pa.Table) -> None:
             copy.write(chunk)
 
 
-def _copy_postgres_binary(conn: Connection, table_name: str, rows: pa.Table,
-                          pg_types: dict[str, str]) -> None:
+def _copy_postgres_binary(
+    conn: Connection, table_name: str, rows: pa.Table, pg_types: dict[str, str]
+) -> None:
     """COPY in PostgreSQL's binary format; a thread encodes the next chunk meanwhile."""
     cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
-    statement = (f"COPY {table_name} ({', '.join(rows.column_names)}) "
-                 "FROM STDIN WITH (FORMAT binary)")
+    statement = (
+        f"COPY {table_name} ({', '.join(rows.column_names)}) FROM STDIN WITH (FORMAT binary)"
+    )
 
     def encode(batch: pa.RecordBatch) -> pa.Buffer:
         return pg_binary.encode_rows(batch, pg_types)
@@ -106,14 +114,14 @@ def _executemany(conn: Connection, table_name: str, rows: pa.Table) -> None:
     """executemany in batches, with the garbage collector paused: millions of fresh tuples
     would trigger full collections that find nothing to free."""
     names = rows.column_names
-    statement = (f"INSERT INTO {table_name} ({', '.join(names)}) "
-                 f"VALUES ({', '.join('?' * len(names))})")
+    statement = (
+        f"INSERT INTO {table_name} ({', '.join(names)}) VALUES ({', '.join('?' * len(names))})"
+    )
     cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
 
     with _gc_paused():
         for batch in rows.to_batches(max_chunksize=_BATCH_ROWS):
-            cursor.executemany(statement, zip(*(c.to_pylist() for c in batch.columns),
-                                              strict=True))
+            cursor.executemany(statement, zip(*(c.to_pylist() for c in batch.columns), strict=True))
 
 
 @contextmanager

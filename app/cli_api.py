@@ -15,23 +15,39 @@ keys_app = typer.Typer(help="Create, list and revoke API keys.", no_args_is_help
 
 @keys_app.command("create")
 def keys_create(
-    team: Annotated[str | None, typer.Option(help="The team whose data the key may read "
-                                             "(and nothing else).")] = None,
-    admin: Annotated[bool, typer.Option("--admin", help="An admin key: reads every team's "
-                                        "data, ingests, allocates and closes months.")] = False,
+    team: Annotated[
+        str | None, typer.Option(help="The team whose data the key may read (and nothing else).")
+    ] = None,
+    admin: Annotated[
+        bool,
+        typer.Option(
+            "--admin",
+            help="An admin key: reads every team's data, ingests, allocates and closes months.",
+        ),
+    ] = False,
     name: Annotated[str | None, typer.Option(help="A label for listings.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Create an API key and print it. It is shown this once: only its hash is stored."""
-    with user_errors(), open_engine(get_settings()) as engine, Session(engine) as session, \
-            session.begin():
+    with (
+        user_errors(),
+        open_engine(get_settings()) as engine,
+        Session(engine) as session,
+        session.begin(),
+    ):
         try:
             created = keys.create_key(session, team=team, admin=admin, name=name)
         except keys.ApiKeyError as exc:
             raise UserError(str(exc)) from None
         record = created.record
-        summary = {"id": record.id, "prefix": record.prefix, "name": record.name,
-                   "team": record.team, "admin": record.is_admin, "key": created.secret}
+        summary = {
+            "id": record.id,
+            "prefix": record.prefix,
+            "name": record.name,
+            "team": record.team,
+            "admin": record.is_admin,
+            "key": created.secret,
+        }
     if as_json:
         typer.echo(json.dumps(summary, indent=2))
         return
@@ -47,18 +63,28 @@ def keys_list(
 ) -> None:
     """List API keys by id and prefix (the keys themselves are not stored)."""
     with open_engine(get_settings()) as engine, Session(engine) as session:
-        rows = [{"id": k.id, "prefix": k.prefix, "name": k.name, "team": k.team,
-                 "admin": k.is_admin, "created_at": f"{k.created_at:%Y-%m-%dT%H:%M:%SZ}",
-                 "revoked_at": f"{k.revoked_at:%Y-%m-%dT%H:%M:%SZ}" if k.revoked_at else None}
-                for k in keys.list_keys(session, include_revoked=all_keys)]
+        rows = [
+            {
+                "id": k.id,
+                "prefix": k.prefix,
+                "name": k.name,
+                "team": k.team,
+                "admin": k.is_admin,
+                "created_at": f"{k.created_at:%Y-%m-%dT%H:%M:%SZ}",
+                "revoked_at": f"{k.revoked_at:%Y-%m-%dT%H:%M:%SZ}" if k.revoked_at else None,
+            }
+            for k in keys.list_keys(session, include_revoked=all_keys)
+        ]
     if as_json:
         typer.echo(json.dumps(rows, indent=2))
         return
     for row in rows:
         scope = "admin" if row["admin"] else f"team={row['team']}"
         revoked = f"  revoked {row['revoked_at']}" if row["revoked_at"] else ""
-        typer.echo(f"{row['id']:>4}  {row['prefix']}...  {scope:<24} {row['name']}  "
-                   f"created {row['created_at']}{revoked}")
+        typer.echo(
+            f"{row['id']:>4}  {row['prefix']}...  {scope:<24} {row['name']}  "
+            f"created {row['created_at']}{revoked}"
+        )
 
 
 @keys_app.command("revoke")
@@ -66,8 +92,12 @@ def keys_revoke(
     key: Annotated[str, typer.Argument(help="The key's id or prefix (see `keys list`).")],
 ) -> None:
     """Revoke an API key: requests with it are refused from now on."""
-    with user_errors(), open_engine(get_settings()) as engine, Session(engine) as session, \
-            session.begin():
+    with (
+        user_errors(),
+        open_engine(get_settings()) as engine,
+        Session(engine) as session,
+        session.begin(),
+    ):
         try:
             record = keys.revoke_key(session, key)
         except keys.ApiKeyError as exc:
@@ -88,8 +118,9 @@ def serve(
     with user_errors(), open_engine(get_settings()):
         pass  # migrates SQLite, or says what to run
     out.print(f"SpecLedger API on http://{host}:{port}/v1 (docs: http://{host}:{port}/docs)")
-    uvicorn.run("app.main:create_app", factory=True, host=host, port=port, workers=workers,
-                log_level="info")
+    uvicorn.run(
+        "app.main:create_app", factory=True, host=host, port=port, workers=workers, log_level="info"
+    )
 
 
 def register(app: typer.Typer) -> None:

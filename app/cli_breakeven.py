@@ -20,25 +20,37 @@ from serving.engine_config import DEFAULT_ENGINES_DIR
 
 breakeven_app = typer.Typer(
     help="When speculation pays off: load sweeps, the breakeven fit, the vLLM schedule.",
-    no_args_is_help=True)
-tiers_app = typer.Typer(help="The maturity tiers: costs with and without speculation, advice.",
-                        no_args_is_help=True)
+    no_args_is_help=True,
+)
+tiers_app = typer.Typer(
+    help="The maturity tiers: costs with and without speculation, advice.", no_args_is_help=True
+)
 
 JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
 
 
 @breakeven_app.command("fit")
 def fit(
-    path: Annotated[Path, typer.Argument(help="Sweep CSV: one row per (config, concurrency) "
-                                         "with config, method, k, concurrency, "
-                                         "output_tokens_per_s, tpot_p50_s, acceptance_rate, "
-                                         "mean_acceptance_length.")],
+    path: Annotated[
+        Path,
+        typer.Argument(
+            help="Sweep CSV: one row per (config, concurrency) "
+            "with config, method, k, concurrency, "
+            "output_tokens_per_s, tpot_p50_s, acceptance_rate, "
+            "mean_acceptance_length."
+        ),
+    ],
     as_json: JsonOption = False,
-    bootstrap: Annotated[int, typer.Option(min=0, help="Bootstrap refits for the breakeven "
-                                           "confidence interval (0: none).")] = 200,
+    bootstrap: Annotated[
+        int,
+        typer.Option(
+            min=0, help="Bootstrap refits for the breakeven confidence interval (0: none)."
+        ),
+    ] = 200,
     seed: Annotated[int, typer.Option(help="Seed of the bootstrap.")] = 0,
-    store: Annotated[bool, typer.Option(help="Store the sweep and its fit in the "
-                                        "database.")] = True,
+    store: Annotated[
+        bool, typer.Option(help="Store the sweep and its fit in the database.")
+    ] = True,
 ) -> None:
     """Fit the step-time model to a sweep and report the breakeven concurrency.
 
@@ -52,37 +64,61 @@ def fit(
     with user_errors():
         try:
             if store:
-                with open_engine(get_settings()) as engine, Session(engine) as session, \
-                        session.begin():
-                    outcome = service.fit_sweep_file(session, path=path,
-                                                     bootstrap_samples=bootstrap, seed=seed)
+                with (
+                    open_engine(get_settings()) as engine,
+                    Session(engine) as session,
+                    session.begin(),
+                ):
+                    outcome = service.fit_sweep_file(
+                        session, path=path, bootstrap_samples=bootstrap, seed=seed
+                    )
             else:
-                outcome = service.fit_sweep_file(None, path=path, bootstrap_samples=bootstrap,
-                                                 seed=seed)
+                outcome = service.fit_sweep_file(
+                    None, path=path, bootstrap_samples=bootstrap, seed=seed
+                )
         except SweepFileError as exc:
             raise UserError(str(exc)) from None
     if as_json:
         typer.echo(json.dumps(outcome.body, indent=2))
     else:
-        typer.echo(fit_report(outcome.fit, source=str(path), sweep_id=outcome.sweep_id,
-                              scheduled_rows=outcome.scheduled_rows,
-                              schedule_checks=outcome.schedule_checks))
+        typer.echo(
+            fit_report(
+                outcome.fit,
+                source=str(path),
+                sweep_id=outcome.sweep_id,
+                scheduled_rows=outcome.scheduled_rows,
+                schedule_checks=outcome.schedule_checks,
+            )
+        )
 
 
 @breakeven_app.command("apply")
 def apply(
-    deployment: Annotated[str, typer.Option(help="Registered deployment; its engine config "
-                                            "is <engines-dir>/<deployment>.json.")],
-    sweep: Annotated[int | None, typer.Option(help="Use the fit stored with this sweep "
-                                              "(default: the newest fitted sweep).")] = None,
-    fit_file: Annotated[Path | None, typer.Option("--fit", help="Use a fit saved with "
-                                                  "`breakeven fit --json`.")] = None,
-    engines_dir: Annotated[Path, typer.Option(help="Folder of engine configs.")] =
-        DEFAULT_ENGINES_DIR,
-    min_k: Annotated[int, typer.Option(
-        min=0, help="Raise bands below this k to it. vLLM's k=0 path with the drafter loaded "
-        "ran 16% slower than plain decoding at concurrency 64 on the example CPU sweep, k=1 "
-        "only 5% slower; 0 writes the fitted k=0 bands as they are.")] = 1,
+    deployment: Annotated[
+        str,
+        typer.Option(
+            help="Registered deployment; its engine config is <engines-dir>/<deployment>.json."
+        ),
+    ],
+    sweep: Annotated[
+        int | None,
+        typer.Option(help="Use the fit stored with this sweep (default: the newest fitted sweep)."),
+    ] = None,
+    fit_file: Annotated[
+        Path | None, typer.Option("--fit", help="Use a fit saved with `breakeven fit --json`.")
+    ] = None,
+    engines_dir: Annotated[
+        Path, typer.Option(help="Folder of engine configs.")
+    ] = DEFAULT_ENGINES_DIR,
+    min_k: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            help="Raise bands below this k to it. vLLM's k=0 path with the drafter loaded "
+            "ran 16% slower than plain decoding at concurrency 64 on the example CPU sweep, k=1 "
+            "only 5% slower; 0 writes the fitted k=0 bands as they are.",
+        ),
+    ] = 1,
 ) -> None:
     """Write the fitted speculation schedule into a deployment's engine config.
 
@@ -90,24 +126,34 @@ def apply(
     `specledger engine start --config <engines-dir>/<deployment>.json` runs vLLM with
     num_speculative_tokens_per_batch_size: speculate where it pays, not above the breakeven.
     """
-    with user_errors(), open_engine(get_settings()) as engine, Session(engine) as session, \
-            session.begin():
+    with (
+        user_errors(),
+        open_engine(get_settings()) as engine,
+        Session(engine) as session,
+        session.begin(),
+    ):
         try:
-            applied = service.apply_schedule(session, deployment=deployment, sweep_id=sweep,
-                                             fit_path=fit_file, engines_dir=engines_dir,
-                                             min_k=min_k)
+            applied = service.apply_schedule(
+                session,
+                deployment=deployment,
+                sweep_id=sweep,
+                fit_path=fit_file,
+                engines_dir=engines_dir,
+                min_k=min_k,
+            )
         except service.BreakevenError as exc:
             raise UserError(str(exc)) from None
     bands = json.dumps([[b.start, b.end, b.k] for b in applied.bands])
-    typer.echo(f"deployment {deployment}: schedule {bands} from {applied.source} written to "
-               f"{applied.engine_path} and the registry")
+    typer.echo(
+        f"deployment {deployment}: schedule {bands} from {applied.source} written to "
+        f"{applied.engine_path} and the registry"
+    )
     if applied.note:
         typer.echo(f"note: {applied.note}")
     typer.echo(f"next start: specledger engine start --config {applied.engine_path}")
 
 
-def _tier_models(sweep: int | None) -> tuple[TierCatalog, list[tiers.TierModel],
-                                            tiers.Workload]:
+def _tier_models(sweep: int | None) -> tuple[TierCatalog, list[tiers.TierModel], tiers.Workload]:
     catalog = load_tier_catalog()
     if sweep is None:
         workload = tiers.default_workload(catalog)
@@ -120,8 +166,9 @@ def _tier_models(sweep: int | None) -> tuple[TierCatalog, list[tiers.TierModel],
 @tiers_app.command("show")
 def tiers_show(
     as_json: JsonOption = False,
-    sweep: Annotated[int | None, typer.Option(help="Take acceptance and the TPOT tail from "
-                                              "this fitted sweep.")] = None,
+    sweep: Annotated[
+        int | None, typer.Option(help="Take acceptance and the TPOT tail from this fitted sweep.")
+    ] = None,
 ) -> None:
     """Show the three tiers: price per hour and month (computed, and the brief's quoted
     figures), the modelled replica, and cost per 1K session-seconds and per 1M tokens with and
@@ -138,10 +185,10 @@ def tiers_show(
 @tiers_app.command("recommend")
 def tiers_recommend(
     concurrency: Annotated[int, typer.Option(min=1, help="Concurrent sessions to serve.")],
-    tpot_p90: Annotated[float, typer.Option(help="Target p90 time per output token, "
-                                            "seconds.")],
-    sweep: Annotated[int | None, typer.Option(help="Take acceptance and the TPOT tail from "
-                                              "this fitted sweep.")] = None,
+    tpot_p90: Annotated[float, typer.Option(help="Target p90 time per output token, seconds.")],
+    sweep: Annotated[
+        int | None, typer.Option(help="Take acceptance and the TPOT tail from this fitted sweep.")
+    ] = None,
     as_json: JsonOption = False,
 ) -> None:
     """Recommend the cheapest tier that meets a TPOT p90 target at a concurrency, with the
@@ -149,8 +196,9 @@ def tiers_recommend(
     with user_errors():
         try:
             _, models, workload = _tier_models(sweep)
-            result = tiers.recommend_tier(models, workload, concurrency=concurrency,
-                                          tpot_p90_s=tpot_p90)
+            result = tiers.recommend_tier(
+                models, workload, concurrency=concurrency, tpot_p90_s=tpot_p90
+            )
         except (tiers.TierError, TierCatalogError) as exc:
             raise UserError(str(exc)) from None
     typer.echo(json.dumps(result, indent=2) if as_json else recommendation_text(result))
@@ -163,4 +211,3 @@ def register(app: typer.Typer) -> None:
     breakeven_app.command("sweep")(sweep)
     app.add_typer(breakeven_app, name="breakeven")
     app.add_typer(tiers_app, name="tiers")
-

@@ -16,8 +16,9 @@ from app.domain.money import format_micros
 from app.domain.periods import month_bounds
 from app.settings import get_settings
 
-deployments_app = typer.Typer(help="Register deployments and replicas (GPUs, billing link).",
-                              no_args_is_help=True)
+deployments_app = typer.Typer(
+    help="Register deployments and replicas (GPUs, billing link).", no_args_is_help=True
+)
 
 
 def month_window(month: str) -> Window:
@@ -48,22 +49,40 @@ def _utc(value: datetime) -> datetime:
 @deployments_app.command("add")
 def deployments_add(
     name: Annotated[str, typer.Argument(help="Deployment name, as the proxy records it.")],
-    tag_value: Annotated[str | None, typer.Option(help="Value of the billing tag on this "
-                                                  "deployment's rows (default: NAME).")] = None,
+    tag_value: Annotated[
+        str | None,
+        typer.Option(help="Value of the billing tag on this deployment's rows (default: NAME)."),
+    ] = None,
     tier: Annotated[str | None, typer.Option(help="prototype, scaled or enterprise.")] = None,
-    shared_policy: Annotated[str, typer.Option(help="How shared rows (networking, storage) "
-                                               "are split: proportional (to GPU-seconds), "
-                                               "even (across active teams) or team.")] = "proportional",
-    shared_team: Annotated[str | None, typer.Option(help="The team for --shared-policy "
-                                                    "team.")] = None,
+    shared_policy: Annotated[
+        str,
+        typer.Option(
+            help="How shared rows (networking, storage) "
+            "are split: proportional (to GPU-seconds), "
+            "even (across active teams) or team."
+        ),
+    ] = "proportional",
+    shared_team: Annotated[
+        str | None, typer.Option(help="The team for --shared-policy team.")
+    ] = None,
 ) -> None:
     """Register a deployment. Billing rows tagged SPECLEDGER_BILLING_TAG_KEY=TAG_VALUE (or
     whose ResourceId is one of its replicas') are allocated to its requests."""
-    with user_errors(), open_engine(get_settings()) as engine, Session(engine) as session, \
-            session.begin():
+    with (
+        user_errors(),
+        open_engine(get_settings()) as engine,
+        Session(engine) as session,
+        session.begin(),
+    ):
         try:
-            registry.add_deployment(session, name=name, tag_value=tag_value, tier=tier,
-                                    shared_policy=shared_policy, shared_team=shared_team)
+            registry.add_deployment(
+                session,
+                name=name,
+                tag_value=tag_value,
+                tier=tier,
+                shared_policy=shared_policy,
+                shared_team=shared_team,
+            )
         except registry.RegistryError as exc:
             raise _user_error(str(exc)) from None
     typer.echo(f"deployment {name} registered")
@@ -74,16 +93,27 @@ def deployments_add_replica(
     deployment: Annotated[str, typer.Argument(help="The deployment.")],
     name: Annotated[str, typer.Argument(help="Replica name, as the proxy records it.")],
     gpus: Annotated[int, typer.Option(help="GPUs in this replica.")],
-    resource_id: Annotated[str | None, typer.Option(help="Billing ResourceId of its "
-                                                    "instance.")] = None,
+    resource_id: Annotated[
+        str | None, typer.Option(help="Billing ResourceId of its instance.")
+    ] = None,
     url: Annotated[str | None, typer.Option(help="Base URL of its vLLM server.")] = None,
 ) -> None:
     """Register a replica: its GPUs set the deployment's capacity (GPU-seconds per hour)."""
-    with user_errors(), open_engine(get_settings()) as engine, Session(engine) as session, \
-            session.begin():
+    with (
+        user_errors(),
+        open_engine(get_settings()) as engine,
+        Session(engine) as session,
+        session.begin(),
+    ):
         try:
-            registry.add_replica(session, deployment=deployment, name=name, gpus=gpus,
-                                 resource_id=resource_id, base_url=url)
+            registry.add_replica(
+                session,
+                deployment=deployment,
+                name=name,
+                gpus=gpus,
+                resource_id=resource_id,
+                base_url=url,
+            )
         except registry.RegistryError as exc:
             raise _user_error(str(exc)) from None
     typer.echo(f"replica {deployment}/{name} registered ({gpus} GPUs)")
@@ -94,20 +124,31 @@ def deployments_list() -> None:
     """List deployments with their replicas."""
     with open_engine(get_settings()) as engine, Session(engine) as session:
         for deployment, replicas in registry.list_deployments(session):
-            typer.echo(f"{deployment.name}  tag={deployment.tag_value}  tier={deployment.tier}  "
-                       f"shared={deployment.shared_cost_policy}")
+            typer.echo(
+                f"{deployment.name}  tag={deployment.tag_value}  tier={deployment.tier}  "
+                f"shared={deployment.shared_cost_policy}"
+            )
             for r in replicas:
                 typer.echo(f"  {r.name}  gpus={r.gpus}  resource_id={r.resource_id}")
 
 
 def allocate(
-    month: Annotated[str | None, typer.Option(help="Calendar month YYYY-MM (follows the "
-                                              "invoice: rows by BillingPeriodStart).")] = None,
+    month: Annotated[
+        str | None,
+        typer.Option(
+            help="Calendar month YYYY-MM (follows the invoice: rows by BillingPeriodStart)."
+        ),
+    ] = None,
     start: Annotated[datetime | None, typer.Option(help="Start of an ad-hoc window (UTC).")] = None,
     end: Annotated[datetime | None, typer.Option(help="End of the window (exclusive).")] = None,
-    share_idle: Annotated[bool, typer.Option(help="Share idle GPU cost back to the requests in "
-                                             "proportion to their GPU-seconds, instead of an "
-                                             "idle line.")] = False,
+    share_idle: Annotated[
+        bool,
+        typer.Option(
+            help="Share idle GPU cost back to the requests in "
+            "proportion to their GPU-seconds, instead of an "
+            "idle line."
+        ),
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
 ) -> None:
     """Allocate billing to requests, idle time and teams, and write the ledger.
@@ -120,22 +161,35 @@ def allocate(
     settings = get_settings()
     with user_errors(), open_engine(settings) as engine:
         try:
-            summary = run_allocation(engine, window, share_idle=share_idle,
-                                     tag_key=settings.billing_tag_key)
+            summary = run_allocation(
+                engine, window, share_idle=share_idle, tag_key=settings.billing_tag_key
+            )
         except MonthClosed as exc:
             raise _user_error(str(exc)) from None
-    totals = {c: {k: format_micros(v) for k, v in kinds.items()}
-              for c, kinds in summary.totals.items()}
+    totals = {
+        c: {k: format_micros(v) for k, v in kinds.items()} for c, kinds in summary.totals.items()
+    }
     if as_json:
-        typer.echo(json.dumps({"run_id": summary.run_id, "month": window.month,
-                               "rows": summary.rows, "entries": summary.entries,
-                               "replaced_run_id": summary.replaced_run_id,
-                               "effective_cost_by_kind": totals}, indent=2))
+        typer.echo(
+            json.dumps(
+                {
+                    "run_id": summary.run_id,
+                    "month": window.month,
+                    "rows": summary.rows,
+                    "entries": summary.entries,
+                    "replaced_run_id": summary.replaced_run_id,
+                    "effective_cost_by_kind": totals,
+                },
+                indent=2,
+            )
+        )
         return
     label = window.month or f"{window.start:%Y-%m-%dT%H:%MZ}..{window.end:%Y-%m-%dT%H:%MZ}"
-    typer.echo(f"run {summary.run_id} for {label}: {summary.rows} billing rows -> "
-               f"{summary.entries} ledger entries"
-               + (f" (replaced run {summary.replaced_run_id})" if summary.replaced_run_id else ""))
+    typer.echo(
+        f"run {summary.run_id} for {label}: {summary.rows} billing rows -> "
+        f"{summary.entries} ledger entries"
+        + (f" (replaced run {summary.replaced_run_id})" if summary.replaced_run_id else "")
+    )
     for currency, kinds in totals.items():
         typer.echo(f"  {currency}: " + ", ".join(f"{k} {v}" for k, v in sorted(kinds.items())))
 
@@ -144,13 +198,13 @@ def _user_error(message: str) -> Exception:
     return UserError(message)
 
 
-
-
 ledger_app = typer.Typer(help="Close months and inspect the ledger.", no_args_is_help=True)
 
 
 @ledger_app.command("close")
-def ledger_close(month: Annotated[str, typer.Argument(help="The month to close, YYYY-MM.")]) -> None:
+def ledger_close(
+    month: Annotated[str, typer.Argument(help="The month to close, YYYY-MM.")],
+) -> None:
     """Freeze a month: its ledger entries can never be updated or deleted again (the database
     refuses it). Billing that changes a closed month later becomes adjusting entries in the
     first open month, naming the month they correct."""
@@ -172,14 +226,20 @@ def ledger_closed() -> None:
 
     with open_engine(get_settings()) as engine:
         for closure in closed_months(engine):
-            typer.echo(f"{closure.month}  closed {closure.closed_at:%Y-%m-%d %H:%M}Z  "
-                       f"run {closure.run_id}")
+            typer.echo(
+                f"{closure.month}  closed {closure.closed_at:%Y-%m-%d %H:%M}Z  run {closure.run_id}"
+            )
 
 
 def costs(
     month: Annotated[str, typer.Option(help="The month, YYYY-MM.")],
-    by: Annotated[str, typer.Option(help="Comma-separated: team, session, deployment, model, "
-                                    "method, cost_center or tag:KEY.")] = "team",
+    by: Annotated[
+        str,
+        typer.Option(
+            help="Comma-separated: team, session, deployment, model, "
+            "method, cost_center or tag:KEY."
+        ),
+    ] = "team",
     team: Annotated[str | None, typer.Option(help="Only this team's lines.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
@@ -192,17 +252,26 @@ def costs(
     dimensions = [d.strip() for d in by.split(",") if d.strip()]
     with user_errors(), open_engine(get_settings()) as engine:
         try:
-            lines = unit_costs(engine, month=month, start=window.start, end=window.end,
-                               by=dimensions, team=team)
+            lines = unit_costs(
+                engine, month=month, start=window.start, end=window.end, by=dimensions, team=team
+            )
         except ValueError as exc:
             raise _user_error(str(exc)) from None
     records = [line.to_json(dimensions) for line in lines]
     if as_json:
         typer.echo(json.dumps({"month": month, "by": dimensions, "lines": records}, indent=2))
         return
-    header = [*dimensions, "requests", "effective_cost", "gpu_seconds", "session_seconds",
-              "completion_tokens", "acceptance_rate", "cost_per_1k_session_seconds",
-              "cost_per_1m_output_tokens"]
+    header = [
+        *dimensions,
+        "requests",
+        "effective_cost",
+        "gpu_seconds",
+        "session_seconds",
+        "completion_tokens",
+        "acceptance_rate",
+        "cost_per_1k_session_seconds",
+        "cost_per_1m_output_tokens",
+    ]
     typer.echo("  ".join(f"{h:>16}" for h in header))
     for record in records:
         typer.echo("  ".join(f"{record[h]!s:>16}" for h in header))
@@ -231,12 +300,19 @@ export_app = typer.Typer(help="Export chargeback data.", no_args_is_help=True)
 def export_chargeback(
     month: Annotated[str, typer.Option(help="The month, YYYY-MM.")],
     out_path: Annotated[Path, typer.Option("--out", help="Output file.")],
-    fmt: Annotated[str, typer.Option("--format", help="csv, parquet or focus (a FOCUS 1.3 "
-                                     "dataset, written as Parquet, or CSV when --out ends in "
-                                     ".csv).")] = "csv",
+    fmt: Annotated[
+        str,
+        typer.Option(
+            "--format",
+            help="csv, parquet or focus (a FOCUS 1.3 "
+            "dataset, written as Parquet, or CSV when --out ends in "
+            ".csv).",
+        ),
+    ] = "csv",
     team: Annotated[str | None, typer.Option(help="Only this team.")] = None,
-    by_cost_center: Annotated[bool, typer.Option(help="Lines per cost center instead of "
-                                                 "team.")] = False,
+    by_cost_center: Annotated[
+        bool, typer.Option(help="Lines per cost center instead of team.")
+    ] = False,
 ) -> None:
     """Write the month's chargeback: one line per team (or cost center) and deployment with
     its costs and unit costs, plus idle and unallocated lines, so the totals equal the
@@ -253,8 +329,9 @@ def export_chargeback(
             write_table(table, out_path, "csv" if out_path.name.endswith(".csv") else "parquet")
         else:
             by = ["cost_center" if by_cost_center else "team", "deployment"]
-            lines = unit_costs(engine, month=month, start=window.start, end=window.end, by=by,
-                               team=team)
+            lines = unit_costs(
+                engine, month=month, start=window.start, end=window.end, by=by, team=team
+            )
             table = chargeback_table(lines, by, month)
             write_table(table, out_path, fmt)
     typer.echo(f"wrote {table.num_rows} rows to {out_path}")

@@ -37,8 +37,9 @@ def open_engine(settings: Settings) -> Iterator[Engine]:
     migrated on first use; PostgreSQL must be migrated explicitly (`specledger db upgrade`)."""
     engine = make_engine(settings.database_url)
     try:
-        migrate.ensure_schema(engine, settings.database_url,
-                              auto_migrate=engine.dialect.name == "sqlite")
+        migrate.ensure_schema(
+            engine, settings.database_url, auto_migrate=engine.dialect.name == "sqlite"
+        )
         yield engine
     finally:
         engine.dispose()
@@ -50,9 +51,14 @@ def progress_bar(enabled: bool) -> Iterator[object]:
     if not enabled:
         yield None
         return
-    with Progress(TextColumn("{task.description:<32}"), BarColumn(), TextColumn(
-            "{task.completed}/{task.total}"), TimeElapsedColumn(), console=err,
-            transient=True) as bar:
+    with Progress(
+        TextColumn("{task.description:<32}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total}"),
+        TimeElapsedColumn(),
+        console=err,
+        transient=True,
+    ) as bar:
         task = bar.add_task("starting", total=1)
 
         def hook(description: str, done: int, total: int) -> None:

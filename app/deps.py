@@ -50,8 +50,11 @@ SessionDep = Annotated[Session, Depends(get_session, scope="function")]
 NowDep = Annotated[datetime, Depends(get_now)]
 
 _bearer = HTTPBearer(auto_error=False, description="An API key: `Authorization: Bearer slk_...`")
-_header = APIKeyHeader(name="X-API-Key", auto_error=False,
-                       description="An API key, as an alternative to the bearer header.")
+_header = APIKeyHeader(
+    name="X-API-Key",
+    auto_error=False,
+    description="An API key, as an alternative to the bearer header.",
+)
 
 
 def get_principal(
@@ -66,8 +69,10 @@ def get_principal(
     """
     secret = bearer.credentials if bearer is not None else header
     if not secret:
-        raise Unauthorized("missing API key: send `Authorization: Bearer <key>` (create keys "
-                           "with `specledger keys create`)")
+        raise Unauthorized(
+            "missing API key: send `Authorization: Bearer <key>` (create keys "
+            "with `specledger keys create`)"
+        )
     principal = authenticate(session, secret.strip())
     if principal is None:
         raise Unauthorized("invalid or revoked API key")

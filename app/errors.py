@@ -125,9 +125,17 @@ class NotReady(AppError):
     code = "not_ready"
 
 
-_HTTP_CODES = {400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
-               405: "method_not_allowed", 406: "not_acceptable", 413: "payload_too_large",
-               415: "unsupported_media_type", 429: "too_many_requests"}
+_HTTP_CODES = {
+    400: "bad_request",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    406: "not_acceptable",
+    413: "payload_too_large",
+    415: "unsupported_media_type",
+    429: "too_many_requests",
+}
 
 RESPONSES_READ: dict[int | str, dict[str, Any]] = {
     401: {"model": ErrorBody, "description": "No API key, or an unknown or revoked one."},
@@ -137,13 +145,17 @@ RESPONSES_READ: dict[int | str, dict[str, Any]] = {
 """The error responses every authenticated endpoint can give (for the OpenAPI document)."""
 
 
-def error_response(status_code: int, code: str, message: str,
-                   fields: Sequence[FieldError] = (),
-                   headers: dict[str, str] | None = None) -> JSONResponse:
-    body = ErrorBody(error=ErrorDetail(code=code, message=message,
-                                       fields=list(fields) or None))
-    return JSONResponse(body.model_dump(exclude_none=True), status_code=status_code,
-                        headers=headers)
+def error_response(
+    status_code: int,
+    code: str,
+    message: str,
+    fields: Sequence[FieldError] = (),
+    headers: dict[str, str] | None = None,
+) -> JSONResponse:
+    body = ErrorBody(error=ErrorDetail(code=code, message=message, fields=list(fields) or None))
+    return JSONResponse(
+        body.model_dump(exclude_none=True), status_code=status_code, headers=headers
+    )
 
 
 def _location(loc: Sequence[int | str]) -> str:
@@ -152,9 +164,13 @@ def _location(loc: Sequence[int | str]) -> str:
 
 def validation_fields(errors: Sequence[Any]) -> list[FieldError]:
     """FastAPI's validation errors as field errors (input values are not echoed)."""
-    return [FieldError(field=_location(error.get("loc", ())) or "request",
-                       message=str(error.get("msg", "invalid value")))
-            for error in errors]
+    return [
+        FieldError(
+            field=_location(error.get("loc", ())) or "request",
+            message=str(error.get("msg", "invalid value")),
+        )
+        for error in errors
+    ]
 
 
 def install_error_handlers(app: FastAPI) -> None:
@@ -178,22 +194,31 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        code = _HTTP_CODES.get(exc.status_code, "internal_error" if exc.status_code >= 500
-                               else "http_error")
+        code = _HTTP_CODES.get(
+            exc.status_code, "internal_error" if exc.status_code >= 500 else "http_error"
+        )
         message = exc.detail if isinstance(exc.detail, str) else code.replace("_", " ")
         headers = dict(exc.headers) if exc.headers else None
         return error_response(exc.status_code, code, message, headers=headers)
 
     @app.exception_handler(OperationalError)
     async def _database(request: Request, exc: OperationalError) -> JSONResponse:
-        log.error("database unavailable in %s %s: %s", request.method, request.url.path,
-                  type(exc.orig).__name__)
-        return error_response(503, "database_unavailable",
-                              "the database is unavailable; retry shortly",
-                              headers={"Retry-After": "5"})
+        log.error(
+            "database unavailable in %s %s: %s",
+            request.method,
+            request.url.path,
+            type(exc.orig).__name__,
+        )
+        return error_response(
+            503,
+            "database_unavailable",
+            "the database is unavailable; retry shortly",
+            headers={"Retry-After": "5"},
+        )
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
         log.exception("unhandled error in %s %s", request.method, request.url.path)
-        return error_response(500, "internal_error",
-                              "internal error; the server log has the details")
+        return error_response(
+            500, "internal_error", "internal error; the server log has the details"
+        )

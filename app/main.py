@@ -42,8 +42,15 @@ Errors are `{"error": {"code": ..., "message": ...}}` with a stable `code`.
 """
 
 V1_ROUTERS: tuple[APIRouter, ...] = (
-    auth_router, allocation_router, ledger_router, usage_router, sweeps_router, tiers_router,
-    waste_router, deployments_router, billing_router,
+    auth_router,
+    allocation_router,
+    ledger_router,
+    usage_router,
+    sweeps_router,
+    tiers_router,
+    waste_router,
+    deployments_router,
+    billing_router,
 )
 
 
@@ -62,18 +69,27 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[State]:
         engine = make_engine(settings.database_url, pool_pre_ping=True)
         try:
-            yield {"settings": settings, "engine": engine,
-                   "sessionmaker": sessionmaker(engine, expire_on_commit=False),
-                   "head_revision": migrate.head_revision(settings.database_url)}
+            yield {
+                "settings": settings,
+                "engine": engine,
+                "sessionmaker": sessionmaker(engine, expire_on_commit=False),
+                "head_revision": migrate.head_revision(settings.database_url),
+            }
         finally:
             engine.dispose()
 
-    app = FastAPI(title="SpecLedger", version=__version__, description=DESCRIPTION,
-                  lifespan=lifespan, debug=False)
+    app = FastAPI(
+        title="SpecLedger",
+        version=__version__,
+        description=DESCRIPTION,
+        lifespan=lifespan,
+        debug=False,
+    )
     install_error_handlers(app)
     app.state.request_metrics = RequestMetrics()
-    app.add_middleware(MetricsMiddleware, metrics=app.state.request_metrics,
-                       routes=lambda: app.routes)
+    app.add_middleware(
+        MetricsMiddleware, metrics=app.state.request_metrics, routes=lambda: app.routes
+    )
     app.include_router(ops_router)
     # Pages authenticate themselves (a key in a header, ?key= or a cookie), so they are not
     # behind the /v1 header-only dependency.

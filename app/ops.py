@@ -43,27 +43,37 @@ class RequestMetrics:
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
-        self.requests = Counter("specledger_http_requests", "HTTP requests served.",
-                                ["method", "route", "status"], registry=self.registry)
-        self.latency = Histogram("specledger_http_request_duration_seconds",
-                                 "Time to serve an HTTP request.", ["method", "route"],
-                                 registry=self.registry,
-                                 buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5,
-                                          5, 10, 30))
+        self.requests = Counter(
+            "specledger_http_requests",
+            "HTTP requests served.",
+            ["method", "route", "status"],
+            registry=self.registry,
+        )
+        self.latency = Histogram(
+            "specledger_http_request_duration_seconds",
+            "Time to serve an HTTP request.",
+            ["method", "route"],
+            registry=self.registry,
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+        )
 
 
 def route_templates(routes: Sequence[BaseRoute]) -> dict[int, str]:
     """Full path template (prefixes included) of every route object, by its id."""
-    return {id(context.original_route): str(context.path_format)
-            for context in iter_route_contexts(routes) if context.path_format}
+    return {
+        id(context.original_route): str(context.path_format)
+        for context in iter_route_contexts(routes)
+        if context.path_format
+    }
 
 
 class MetricsMiddleware:
     """Counts requests and times them by route template (never by raw path, which would
     put session ids in label values)."""
 
-    def __init__(self, app: ASGIApp, metrics: RequestMetrics,
-                 routes: Callable[[], Sequence[BaseRoute]]) -> None:
+    def __init__(
+        self, app: ASGIApp, metrics: RequestMetrics, routes: Callable[[], Sequence[BaseRoute]]
+    ) -> None:
         self.app = app
         self.metrics = metrics
         self.routes = routes
@@ -95,7 +105,8 @@ class MetricsMiddleware:
             label = self._template(scope.get("route"))
             self.metrics.requests.labels(scope["method"], label, str(status)).inc()
             self.metrics.latency.labels(scope["method"], label).observe(
-                time.perf_counter() - started)
+                time.perf_counter() - started
+            )
 
 
 @router.get("/healthz", response_model=Health)
@@ -116,14 +127,18 @@ def readyz(request: Request) -> Readiness:
     except Exception as exc:
         raise NotReady(f"database unreachable ({type(exc).__name__})") from None
     if current != expected:
-        raise NotReady(f"database schema at migration {current or '(empty)'}, the code needs "
-                       f"{expected}: run `specledger db upgrade`")
-    return Readiness(status="ready", database=engine.dialect.name, migration=current,
-                     expected_migration=expected)
+        raise NotReady(
+            f"database schema at migration {current or '(empty)'}, the code needs "
+            f"{expected}: run `specledger db upgrade`"
+        )
+    return Readiness(
+        status="ready", database=engine.dialect.name, migration=current, expected_migration=expected
+    )
 
 
-@router.get("/metrics", response_class=Response,
-            responses={200: {"content": {CONTENT_TYPE_LATEST: {}}}})
+@router.get(
+    "/metrics", response_class=Response, responses={200: {"content": {CONTENT_TYPE_LATEST: {}}}}
+)
 def metrics(request: Request) -> Response:
     """Prometheus metrics of this process."""
     collectors: RequestMetrics = request.app.state.request_metrics

@@ -22,10 +22,14 @@ T = TypeVar("T")
 
 def window_param(
     now: NowDep,
-    window: Annotated[str, Query(description=f"The time window: {GRAMMAR}.",
-                                 examples=["2026-11", "7d", "lastmonth",
-                                           "2026-11-01T00:00:00Z,2026-11-08T00:00:00Z"],
-                                 max_length=80)],
+    window: Annotated[
+        str,
+        Query(
+            description=f"The time window: {GRAMMAR}.",
+            examples=["2026-11", "7d", "lastmonth", "2026-11-01T00:00:00Z,2026-11-08T00:00:00Z"],
+            max_length=80,
+        ),
+    ],
 ) -> TimeWindow:
     try:
         return parse_window(window, now=now)
@@ -37,8 +41,10 @@ WindowDep = Annotated[TimeWindow, Depends(window_param)]
 
 
 def month_param(
-    month: Annotated[str, Query(description="A calendar month, YYYY-MM (UTC).",
-                                examples=["2026-11"], max_length=7)],
+    month: Annotated[
+        str,
+        Query(description="A calendar month, YYYY-MM (UTC).", examples=["2026-11"], max_length=7),
+    ],
 ) -> str:
     try:
         month_bounds(month)
@@ -62,11 +68,16 @@ def parse_dimensions(text: str, field: str) -> tuple[str, ...]:
             continue
         if part.startswith("tag:"):
             if not _TAG_KEY.match(part[4:]):
-                raise InvalidParameter(field, f"{part!r} needs a tag key of 1-128 letters, "
-                                       "digits, spaces or _ . : / = + - @")
+                raise InvalidParameter(
+                    field,
+                    f"{part!r} needs a tag key of 1-128 letters, digits, spaces or _ . : / = + - @",
+                )
         elif part not in DIMENSIONS:
-            raise InvalidParameter(field, f"cannot aggregate by {part!r}; use "
-                                   f"{', '.join(DIMENSIONS)} or tag:KEY, comma-separated")
+            raise InvalidParameter(
+                field,
+                f"cannot aggregate by {part!r}; use "
+                f"{', '.join(DIMENSIONS)} or tag:KEY, comma-separated",
+            )
         seen.append(part)
     if not seen:
         raise InvalidParameter(field, "name at least one dimension")
@@ -79,7 +90,7 @@ class Page:
     offset: int
 
     def slice(self, items: list[T]) -> list[T]:
-        return items[self.offset:self.offset + self.limit]
+        return items[self.offset : self.offset + self.limit]
 
     def next_offset(self, total: int) -> int | None:
         following = self.offset + self.limit

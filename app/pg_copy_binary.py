@@ -45,11 +45,10 @@ def encode_rows(batch: pa.RecordBatch, pg_types: Mapping[str, str]) -> pa.Buffer
     ``pg_types`` names each column's PostgreSQL type (``pg_type.typname``); every column must
     pass :func:`can_encode`.
     """
-    fields = [_field(batch.column(i), pg_types[name])
-              for i, name in enumerate(batch.schema.names)]
+    fields = [_field(batch.column(i), pg_types[name]) for i, name in enumerate(batch.schema.names)]
     count = np.full(batch.num_rows, len(fields), dtype=">i2").view(np.uint8)
     rows = pc.binary_join_element_wise(_fixed_binary(count, 2), *fields, b"")
-    offsets = np.frombuffer(rows.buffers()[1], dtype=np.int32)[rows.offset:]
+    offsets = np.frombuffer(rows.buffers()[1], dtype=np.int32)[rows.offset :]
     return rows.buffers()[2].slice(int(offsets[0]), int(offsets[batch.num_rows] - offsets[0]))
 
 
@@ -65,14 +64,18 @@ def _field(values: pa.Array, pg_type: str) -> pa.Array:
         return pc.binary_join_element_wise(header, pc.fill_null(payload, b""), b"")
     width, data = _fixed_width_payload(values, pg_type)
     # One (4 + width)-byte record per row, from which a null keeps only its 4-byte length.
-    records = np.hstack([_lengths(np.full(len(values), width), valid).reshape(-1, 4),
-                         data.reshape(-1, width)])
+    records = np.hstack(
+        [_lengths(np.full(len(values), width), valid).reshape(-1, 4), data.reshape(-1, width)]
+    )
     keep = np.ones(records.shape, dtype=bool)
     keep[:, 4:] = valid[:, None]
     sizes = 4 + width * valid.astype(np.int32)
     offsets = np.concatenate([[0], np.cumsum(sizes, dtype=np.int32)]).astype(np.int32)
-    return pa.BinaryArray.from_buffers(pa.binary(), len(values), [
-        None, pa.py_buffer(offsets), pa.py_buffer(np.ascontiguousarray(records[keep]))])
+    return pa.BinaryArray.from_buffers(
+        pa.binary(),
+        len(values),
+        [None, pa.py_buffer(offsets), pa.py_buffer(np.ascontiguousarray(records[keep]))],
+    )
 
 
 def _lengths(lengths: np.ndarray, valid: np.ndarray) -> np.ndarray:
@@ -87,8 +90,9 @@ def _fixed_width_payload(values: pa.Array, pg_type: str) -> tuple[int, np.ndarra
         numbers = pc.fill_null(values, 0).cast(pa.int64()).to_numpy()
         return width, numbers.astype(f">i{width}").view(np.uint8)
     if pg_type in ("timestamptz", "timestamp"):
-        micros = pc.fill_null(values.cast(pa.timestamp("us", tz=values.type.tz)).cast(pa.int64()),
-                              0).to_numpy()
+        micros = pc.fill_null(
+            values.cast(pa.timestamp("us", tz=values.type.tz)).cast(pa.int64()), 0
+        ).to_numpy()
         return 8, (micros - _PG_EPOCH_US).astype(">i8").view(np.uint8)
     if pg_type == "bool":
         return 1, pc.fill_null(values, False).to_numpy(zero_copy_only=False).astype(np.uint8)
@@ -98,6 +102,7 @@ def _fixed_width_payload(values: pa.Array, pg_type: str) -> tuple[int, np.ndarra
 def _fixed_binary(data: np.ndarray, width: int) -> pa.Array:
     """Rows of ``width`` bytes each, from a flat byte array, as an Arrow binary column."""
     count = len(data) // width
-    array = pa.FixedSizeBinaryArray.from_buffers(pa.binary(width), count,
-                                                 [None, pa.py_buffer(np.ascontiguousarray(data))])
+    array = pa.FixedSizeBinaryArray.from_buffers(
+        pa.binary(width), count, [None, pa.py_buffer(np.ascontiguousarray(data))]
+    )
     return array.cast(pa.binary())

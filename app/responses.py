@@ -16,8 +16,9 @@ class Format(StrEnum):
 
 def csv_text(columns: Sequence[str], rows: Iterable[Mapping[str, Any]]) -> str:
     out = io.StringIO()
-    writer = csv.DictWriter(out, fieldnames=list(columns), extrasaction="ignore",
-                            lineterminator="\n")
+    writer = csv.DictWriter(
+        out, fieldnames=list(columns), extrasaction="ignore", lineterminator="\n"
+    )
     writer.writeheader()
     for row in rows:
         writer.writerow({k: "" if v is None else v for k, v in row.items()})
@@ -26,10 +27,14 @@ def csv_text(columns: Sequence[str], rows: Iterable[Mapping[str, Any]]) -> str:
 
 def download(content: bytes | str, *, filename: str, media_type: str) -> Response:
     """A body the browser saves as ``filename``."""
-    return Response(content, media_type=media_type,
-                    headers={"Content-Disposition": f'attachment; filename="{filename}"'})
+    return Response(
+        content,
+        media_type=media_type,
+        headers={"Content-Disposition": f'attachment; filename="{filename}"'},
+    )
 
 
-def csv_download(columns: Sequence[str], rows: Iterable[Mapping[str, Any]], *,
-                 filename: str) -> Response:
+def csv_download(
+    columns: Sequence[str], rows: Iterable[Mapping[str, Any]], *, filename: str
+) -> Response:
     return download(csv_text(columns, rows), filename=filename, media_type="text/csv")

@@ -9,8 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from app.domain.money import micros_to_decimal
 from app.domain.windows import TimeWindow
 
-Amount = Annotated[Decimal, Field(max_digits=30, decimal_places=6,
-                                  examples=["12.500000"])]
+Amount = Annotated[Decimal, Field(max_digits=30, decimal_places=6, examples=["12.500000"])]
 """Money: six decimal places, a JSON string (never a float)."""
 
 

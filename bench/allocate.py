@@ -45,36 +45,39 @@ def usage_table(requests: int, sessions: int, seed: int = 11) -> pa.Table:
     start, end = month_bounds(MONTH)
     span_ns = int((end - start).total_seconds() * 1e9)
     arrived = np.sort(rng.integers(0, span_ns - 20 * 10**9, size=requests)) + int(
-        start.timestamp() * 1e9)
+        start.timestamp() * 1e9
+    )
     duration = rng.integers(1 * 10**9, 10 * 10**9, size=requests)
     gpu_ns = (duration * 8 * rng.uniform(0.02, 0.3, size=requests)).astype(np.int64)
     session = rng.integers(0, sessions, size=requests)
     teams = np.array(["search", "ads", "platform", "research", "support"])
     stamp = pa.timestamp("ns", tz="UTC")
-    return pa.table({
-        "event_id": pa.array(np.char.add("e", np.arange(requests).astype(str))),
-        "session_id": pa.array(np.char.add("s", session.astype(str))),
-        "team": pa.array(teams[session % len(teams)]),
-        "tags": pa.array(np.full(requests, "{}")),
-        "deployment": pa.array(np.full(requests, "llama-8b")),
-        "replica": pa.array(np.full(requests, "r1")),
-        "model": pa.array(np.full(requests, "llama-3.1-8b")),
-        "endpoint": pa.array(np.full(requests, "chat.completions")),
-        "streamed": pa.array(np.ones(requests, bool)),
-        "spec_method": pa.array(np.full(requests, "draft_model")),
-        "spec_k": pa.array(np.full(requests, 4, np.int32)),
-        "arrived_at": pa.array(arrived, stamp),
-        "finished_at": pa.array(arrived + duration, stamp),
-        "prompt_tokens": pa.array(rng.integers(50, 2000, size=requests).astype(np.int32)),
-        "cached_tokens": pa.array(np.zeros(requests, np.int32)),
-        "completion_tokens": pa.array(rng.integers(20, 500, size=requests).astype(np.int32)),
-        "num_drafts": pa.array(np.full(requests, 50, np.int32)),
-        "draft_tokens": pa.array(np.full(requests, 200, np.int32)),
-        "accepted_tokens": pa.array(np.full(requests, 120, np.int32)),
-        "gpu_ns": pa.array(gpu_ns),
-        "concurrency": pa.array(np.ones(requests, np.int32)),
-        "status": pa.array(np.full(requests, "ok")),
-    })
+    return pa.table(
+        {
+            "event_id": pa.array(np.char.add("e", np.arange(requests).astype(str))),
+            "session_id": pa.array(np.char.add("s", session.astype(str))),
+            "team": pa.array(teams[session % len(teams)]),
+            "tags": pa.array(np.full(requests, "{}")),
+            "deployment": pa.array(np.full(requests, "llama-8b")),
+            "replica": pa.array(np.full(requests, "r1")),
+            "model": pa.array(np.full(requests, "llama-3.1-8b")),
+            "endpoint": pa.array(np.full(requests, "chat.completions")),
+            "streamed": pa.array(np.ones(requests, bool)),
+            "spec_method": pa.array(np.full(requests, "draft_model")),
+            "spec_k": pa.array(np.full(requests, 4, np.int32)),
+            "arrived_at": pa.array(arrived, stamp),
+            "finished_at": pa.array(arrived + duration, stamp),
+            "prompt_tokens": pa.array(rng.integers(50, 2000, size=requests).astype(np.int32)),
+            "cached_tokens": pa.array(np.zeros(requests, np.int32)),
+            "completion_tokens": pa.array(rng.integers(20, 500, size=requests).astype(np.int32)),
+            "num_drafts": pa.array(np.full(requests, 50, np.int32)),
+            "draft_tokens": pa.array(np.full(requests, 200, np.int32)),
+            "accepted_tokens": pa.array(np.full(requests, 120, np.int32)),
+            "gpu_ns": pa.array(gpu_ns),
+            "concurrency": pa.array(np.ones(requests, np.int32)),
+            "status": pa.array(np.full(requests, "ok")),
+        }
+    )
 
 
 def prepare(url: str, folder: Path, usage: pa.Table) -> None:
@@ -82,8 +85,14 @@ def prepare(url: str, folder: Path, usage: pa.Table) -> None:
     start, end = month_bounds(MONTH)
     bill = folder / "bill.csv"
     if not bill.exists():
-        write_bill(synth_rows(SynthSpec(instance_prices()["p4d.24xlarge"], start, end, start,
-                                        end, {TAG: "llama-8b"})), bill)
+        write_bill(
+            synth_rows(
+                SynthSpec(
+                    instance_prices()["p4d.24xlarge"], start, end, start, end, {TAG: "llama-8b"}
+                )
+            ),
+            bill,
+        )
     engine = make_engine(url)
     ingest_billing(engine, str(bill), IngestOptions(source="bench"))
     with Session(engine) as session, session.begin():
@@ -96,12 +105,20 @@ def prepare(url: str, folder: Path, usage: pa.Table) -> None:
 def child_allocate(url: str) -> None:
     engine = make_engine(url)
     begin = time.perf_counter()
-    summary = run_allocation(engine, Window(*month_bounds(MONTH), MONTH), share_idle=False,
-                             tag_key=TAG)
+    summary = run_allocation(
+        engine, Window(*month_bounds(MONTH), MONTH), share_idle=False, tag_key=TAG
+    )
     seconds = time.perf_counter() - begin
-    print(json.dumps({"seconds": seconds, "entries": summary.entries,
-                      "total_micros": sum(sum(k.values()) for k in summary.totals.values()),
-                      "max_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+    print(
+        json.dumps(
+            {
+                "seconds": seconds,
+                "entries": summary.entries,
+                "total_micros": sum(sum(k.values()) for k in summary.totals.values()),
+                "max_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            }
+        )
+    )
 
 
 def child_duckdb(folder: str) -> None:
@@ -124,8 +141,15 @@ def child_duckdb(folder: str) -> None:
                FROM pairs)
         SELECT sum(part) FROM shares""").fetchall()[0]
     seconds = time.perf_counter() - begin
-    print(json.dumps({"seconds": seconds, "requests_share_micros": int(total[0] or 0),
-                      "max_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+    print(
+        json.dumps(
+            {
+                "seconds": seconds,
+                "requests_share_micros": int(total[0] or 0),
+                "max_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            }
+        )
+    )
 
 
 def export_reference_inputs(url: str, folder: Path) -> None:
@@ -133,25 +157,45 @@ def export_reference_inputs(url: str, folder: Path) -> None:
 
     engine = make_engine(url)
     with engine.connect() as conn:
-        rows = conn.execute(text(
-            "SELECT id, charge_period_start, charge_period_end, effective_cost_micros "
-            "FROM billing_rows WHERE service_category = 'Compute'")).all()
+        rows = conn.execute(
+            text(
+                "SELECT id, charge_period_start, charge_period_end, effective_cost_micros "
+                "FROM billing_rows WHERE service_category = 'Compute'"
+            )
+        ).all()
     engine.dispose()
-    to_ns = lambda d: int(d.replace(tzinfo=UTC).timestamp() * 1e9) if isinstance(  # noqa: E731
-        d, datetime) else int(datetime.fromisoformat(d).replace(tzinfo=UTC).timestamp() * 1e9)
-    pq.write_table(pa.table({
-        "row_id": [r[0] for r in rows], "start_ns": [to_ns(r[1]) for r in rows],
-        "end_ns": [to_ns(r[2]) for r in rows], "cost": [r[3] for r in rows],
-        "capacity": [8 * (to_ns(r[2]) - to_ns(r[1])) for r in rows]}), folder / "rows.parquet")
+    to_ns = lambda d: (
+        int(d.replace(tzinfo=UTC).timestamp() * 1e9)
+        if isinstance(  # noqa: E731
+            d, datetime
+        )
+        else int(datetime.fromisoformat(d).replace(tzinfo=UTC).timestamp() * 1e9)
+    )
+    pq.write_table(
+        pa.table(
+            {
+                "row_id": [r[0] for r in rows],
+                "start_ns": [to_ns(r[1]) for r in rows],
+                "end_ns": [to_ns(r[2]) for r in rows],
+                "cost": [r[3] for r in rows],
+                "capacity": [8 * (to_ns(r[2]) - to_ns(r[1])) for r in rows],
+            }
+        ),
+        folder / "rows.parquet",
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--requests", type=int, default=1_000_000)
     parser.add_argument("--sessions", type=int, default=10_000)
-    parser.add_argument("--postgres", default=os.environ.get(
-        "SPECLEDGER_TEST_POSTGRES_URL",
-        "postgresql+psycopg://postgres:postgres@127.0.0.1:5432/specledger_test"))
+    parser.add_argument(
+        "--postgres",
+        default=os.environ.get(
+            "SPECLEDGER_TEST_POSTGRES_URL",
+            "postgresql+psycopg://postgres:postgres@127.0.0.1:5432/specledger_test",
+        ),
+    )
     parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -162,13 +206,21 @@ def main() -> None:
         usage = usage_table(args.requests, args.sessions)
         import pyarrow.parquet as pq
 
-        pq.write_table(pa.table({
-            "event_id": usage["event_id"],
-            "arrived": usage["arrived_at"].cast(pa.int64()),
-            "finished": usage["finished_at"].cast(pa.int64()),
-            "gpu_ns": usage["gpu_ns"]}), folder / "usage.parquet")
-        urls = {"sqlite": f"sqlite+pysqlite:///{folder / 'bench.db'}",
-                "postgresql": fresh_postgres(args.postgres, "specledger_bench_alloc")}
+        pq.write_table(
+            pa.table(
+                {
+                    "event_id": usage["event_id"],
+                    "arrived": usage["arrived_at"].cast(pa.int64()),
+                    "finished": usage["finished_at"].cast(pa.int64()),
+                    "gpu_ns": usage["gpu_ns"],
+                }
+            ),
+            folder / "usage.parquet",
+        )
+        urls = {
+            "sqlite": f"sqlite+pysqlite:///{folder / 'bench.db'}",
+            "postgresql": fresh_postgres(args.postgres, "specledger_bench_alloc"),
+        }
         results = {}
         for name, url in urls.items():
             prepare(url, folder, usage)
@@ -178,14 +230,20 @@ def main() -> None:
         reference = results["duckdb"]["seconds"]
         for name in ("sqlite", "postgresql", "duckdb"):
             r = results[name]
-            print(f"{name:10} {r['seconds']:7.1f} s  peak {r['max_rss_mb']:7.0f} MB  "
-                  f"ratio to DuckDB {r['seconds'] / reference:5.1f}x", flush=True)
+            print(
+                f"{name:10} {r['seconds']:7.1f} s  peak {r['max_rss_mb']:7.0f} MB  "
+                f"ratio to DuckDB {r['seconds'] / reference:5.1f}x",
+                flush=True,
+            )
         print(json.dumps({"requests": args.requests, **results}))
 
 
 def _child(kind: str, arg: str) -> dict[str, float]:
-    done = subprocess.run([sys.executable, "-m", "bench.allocate", "--child", kind, arg],
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.allocate", "--child", kind, arg],
+        capture_output=True,
+        text=True,
+    )
     if done.returncode:
         raise SystemExit(f"{kind} child failed:\n{done.stderr}")
     return json.loads(done.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]

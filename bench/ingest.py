@@ -50,30 +50,48 @@ def make_focus_table(rows: int, seed: int = 7) -> pa.Table:
     quantity = np.round(rng.uniform(0.01, 1.0, size=rows), 6)
     cost = np.char.mod("%.6f", quantity * prices[resource].astype(float))
     teams = rng.choice(["search", "ads", "platform", "research"], size=resources)
-    tags = np.char.add(np.char.add('{"specledger-deployment":"dep-', (resource % 50).astype(str)),
-                       np.char.add('","team":"', np.char.add(teams[resource], '"}')))
+    tags = np.char.add(
+        np.char.add('{"specledger-deployment":"dep-', (resource % 50).astype(str)),
+        np.char.add('","team":"', np.char.add(teams[resource], '"}')),
+    )
     constant = {
-        "BillingAccountId": "123456789012", "BillingAccountName": "bench",
-        "BillingAccountType": "Billing Account", "BillingCurrency": "USD",
-        "BillingPeriodStart": "2026-11-01T00:00:00Z", "BillingPeriodEnd": "2026-12-01T00:00:00Z",
-        "ChargeCategory": "Usage", "ChargeDescription": "instance hour",
-        "ChargeFrequency": "Usage-Based", "InvoiceIssuerName": "AWS", "PricingCategory": "Standard",
-        "PricingUnit": "Hours", "ConsumedUnit": "Hours", "ProviderName": "AWS",
-        "PublisherName": "AWS", "ServiceCategory": "Compute", "ServiceName": "EC2",
-        "ServiceSubcategory": "Virtual Machines", "RegionId": "us-east-1", "ResourceType": "Instance",
+        "BillingAccountId": "123456789012",
+        "BillingAccountName": "bench",
+        "BillingAccountType": "Billing Account",
+        "BillingCurrency": "USD",
+        "BillingPeriodStart": "2026-11-01T00:00:00Z",
+        "BillingPeriodEnd": "2026-12-01T00:00:00Z",
+        "ChargeCategory": "Usage",
+        "ChargeDescription": "instance hour",
+        "ChargeFrequency": "Usage-Based",
+        "InvoiceIssuerName": "AWS",
+        "PricingCategory": "Standard",
+        "PricingUnit": "Hours",
+        "ConsumedUnit": "Hours",
+        "ProviderName": "AWS",
+        "PublisherName": "AWS",
+        "ServiceCategory": "Compute",
+        "ServiceName": "EC2",
+        "ServiceSubcategory": "Virtual Machines",
+        "RegionId": "us-east-1",
+        "ResourceType": "Instance",
     }
     columns: dict[str, pa.Array] = {k: pa.array(np.full(rows, v)) for k, v in constant.items()}
     columns |= {
         "ChargeClass": pa.nulls(rows, pa.string()),
         "ChargePeriodStart": pa.array(fmt(starts)),
         "ChargePeriodEnd": pa.array(fmt(starts + np.timedelta64(1, "h"))),
-        "BilledCost": pa.array(cost), "EffectiveCost": pa.array(cost), "ListCost": pa.array(cost),
-        "ContractedCost": pa.array(cost), "PricingQuantity": pa.array(quantity.astype(str)),
+        "BilledCost": pa.array(cost),
+        "EffectiveCost": pa.array(cost),
+        "ListCost": pa.array(cost),
+        "ContractedCost": pa.array(cost),
+        "PricingQuantity": pa.array(quantity.astype(str)),
         "ConsumedQuantity": pa.array(quantity.astype(str)),
         "ListUnitPrice": pa.array(prices[resource]),
         "ResourceId": pa.array(np.char.add("i-", resource.astype(str))),
         "SkuId": pa.array(np.char.add("SKU", (resource % 5).astype(str))),
-        "Tags": pa.array(tags), "x_ServiceCode": pa.array(np.full(rows, "AmazonEC2")),
+        "Tags": pa.array(tags),
+        "x_ServiceCode": pa.array(np.full(rows, "AmazonEC2")),
     }
     return pa.table(columns)
 
@@ -108,7 +126,8 @@ def normalised(path: Path) -> tuple[pa.Table, pa.Table]:
     """The file's rows as the loader receives them: values, and attributes with the file."""
     rows = normalise_file(read_billing_file(path), NormaliseOptions())
     return rows.values, rows.attributes.append_column(
-        "source_file", pa.array([path.name] * rows.attributes.num_rows))
+        "source_file", pa.array([path.name] * rows.attributes.num_rows)
+    )
 
 
 def write_only(url: str, rows: tuple[pa.Table, pa.Table]) -> float:
@@ -135,14 +154,24 @@ def bare_read(path: Path) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--rows", type=int, default=1_000_000)
-    parser.add_argument("--runs", type=int, default=3, help="ingests timed per format and "
-                        "database (the median is reported; bare reads are timed 2x as often)")
-    parser.add_argument("--postgres", default=os.environ.get(
-        "SPECLEDGER_TEST_POSTGRES_URL",
-        "postgresql+psycopg://postgres:postgres@127.0.0.1:5432/specledger_test"))
+    parser.add_argument(
+        "--runs",
+        type=int,
+        default=3,
+        help="ingests timed per format and "
+        "database (the median is reported; bare reads are timed 2x as often)",
+    )
+    parser.add_argument(
+        "--postgres",
+        default=os.environ.get(
+            "SPECLEDGER_TEST_POSTGRES_URL",
+            "postgresql+psycopg://postgres:postgres@127.0.0.1:5432/specledger_test",
+        ),
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
@@ -161,29 +190,52 @@ def main() -> None:
         results = []
         bare_reads = {}
         for fmt, path in files.items():
-            bare, bare_low, bare_high = median_seconds(lambda p=path: bare_read(p),  # type: ignore[misc]
-                                                       2 * args.runs)
+            bare, bare_low, bare_high = median_seconds(
+                lambda p=path: bare_read(p),  # type: ignore[misc]
+                2 * args.runs,
+            )
             bare_reads[fmt] = bare
             for db in ("sqlite", "postgresql"):
                 seconds, low, high = median_seconds(
-                    lambda d=db, p=path: ingest_once(url_for(d), p), args.runs)  # type: ignore[misc]
-                results.append({"format": fmt, "database": db, "rows": args.rows,
-                                "bare_read_s": round(bare, 2), "ingest_s": round(seconds, 2),
-                                "ingest_range_s": [round(low, 2), round(high, 2)],
-                                "rows_per_s": round(args.rows / seconds),
-                                "ratio_to_bare_read": round(seconds / bare, 1)})
-                print(f"{fmt:8} {db:10} ingest {seconds:5.1f} s ({low:.1f}-{high:.1f}) "
-                      f"{args.rows / seconds:8.0f} rows/s  bare read {bare:4.2f} s "
-                      f"({bare_low:.2f}-{bare_high:.2f})  ratio {seconds / bare:4.1f}x", flush=True)
+                    lambda d=db, p=path: ingest_once(url_for(d), p), args.runs
+                )  # type: ignore[misc]
+                results.append(
+                    {
+                        "format": fmt,
+                        "database": db,
+                        "rows": args.rows,
+                        "bare_read_s": round(bare, 2),
+                        "ingest_s": round(seconds, 2),
+                        "ingest_range_s": [round(low, 2), round(high, 2)],
+                        "rows_per_s": round(args.rows / seconds),
+                        "ratio_to_bare_read": round(seconds / bare, 1),
+                    }
+                )
+                print(
+                    f"{fmt:8} {db:10} ingest {seconds:5.1f} s ({low:.1f}-{high:.1f}) "
+                    f"{args.rows / seconds:8.0f} rows/s  bare read {bare:4.2f} s "
+                    f"({bare_low:.2f}-{bare_high:.2f})  ratio {seconds / bare:4.1f}x",
+                    flush=True,
+                )
         rows = normalised(files["parquet"])
         for db in ("sqlite", "postgresql"):
             seconds, low, high = median_seconds(
-                lambda d=db: write_only(url_for(d), rows), args.runs)  # type: ignore[misc]
-            results.append({"format": "normalised rows", "database": db, "rows": args.rows,
-                            "write_only_s": round(seconds, 2)})
-            print(f"{'rows':8} {db:10} write alone {seconds:5.1f} s ({low:.1f}-{high:.1f}; the "
-                  f"floor: {seconds / bare_reads['csv.gz']:3.1f}x the csv.gz bare read, "
-                  f"{seconds / bare_reads['parquet']:3.1f}x the Parquet one)", flush=True)
+                lambda d=db: write_only(url_for(d), rows), args.runs
+            )  # type: ignore[misc]
+            results.append(
+                {
+                    "format": "normalised rows",
+                    "database": db,
+                    "rows": args.rows,
+                    "write_only_s": round(seconds, 2),
+                }
+            )
+            print(
+                f"{'rows':8} {db:10} write alone {seconds:5.1f} s ({low:.1f}-{high:.1f}; the "
+                f"floor: {seconds / bare_reads['csv.gz']:3.1f}x the csv.gz bare read, "
+                f"{seconds / bare_reads['parquet']:3.1f}x the Parquet one)",
+                flush=True,
+            )
         print(json.dumps(results))
 
 

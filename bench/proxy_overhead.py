@@ -69,9 +69,13 @@ def engine(url: str | None, log_dir: Path) -> Iterator[tuple[str, str, str, int 
         models = httpx.get(url.rstrip("/") + "/v1/models", timeout=10).json()
         yield url.rstrip("/"), models["data"][0]["id"], "unknown", None
         return
-    config = EngineConfig(name="bench-proxy", model=str(target_dir(ROOT / DEFAULT_CACHE_DIR)),
-                          speculation=NgramSpeculation(k=4), port=_free_port(),
-                          python=str(ROOT / ".venv-vllm" / "bin" / "python"))
+    config = EngineConfig(
+        name="bench-proxy",
+        model=str(target_dir(ROOT / DEFAULT_CACHE_DIR)),
+        speculation=NgramSpeculation(k=4),
+        port=_free_port(),
+        python=str(ROOT / ".venv-vllm" / "bin" / "python"),
+    )
     print(f"starting vLLM (ngram k=4) on port {config.port} ...", file=sys.stderr)
     handle = launcher.start(config, log_dir / "engine.log", timeout_s=600, state_dir=log_dir)
     try:
@@ -87,16 +91,17 @@ def cpu_seconds(pid: int) -> float:
 
 
 @contextmanager
-def proxy(base_url: str, spec: str, k: int | None, workdir: Path
-          ) -> Iterator[tuple[str, int]]:
+def proxy(base_url: str, spec: str, k: int | None, workdir: Path) -> Iterator[tuple[str, int]]:
     """The proxy as a separate process, writing to a fresh SQLite database."""
     db_url = f"sqlite+pysqlite:///{workdir / 'usage.db'}"
     migrate.upgrade(db_url)
     port = _free_port()
-    replica = json.dumps({"url": base_url, "deployment": "bench", "spec_method": spec,
-                          "spec_k": k})
-    process = subprocess.Popen([sys.executable, "-c", PROXY_MAIN, replica, db_url, str(port)],
-                               cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    replica = json.dumps({"url": base_url, "deployment": "bench", "spec_method": spec, "spec_k": k})
+    process = subprocess.Popen(
+        [sys.executable, "-c", PROXY_MAIN, replica, db_url, str(port)],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60
@@ -127,13 +132,23 @@ async def _one(client: httpx.AsyncClient, url: str, body: dict[str, object]) -> 
     return tokens
 
 
-async def measure(url: str, model: str, *, concurrency: int, requests: int,
-                  max_tokens: int) -> tuple[float, int]:
+async def measure(
+    url: str, model: str, *, concurrency: int, requests: int, max_tokens: int
+) -> tuple[float, int]:
     """Output tokens/s of ``requests`` streamed completions, ``concurrency`` at a time, and
     the tokens."""
-    bodies = [{"model": model, "prompt": PROMPTS[i % len(PROMPTS)], "max_tokens": max_tokens,
-               "temperature": 0, "ignore_eos": True, "stream": True,
-               "stream_options": {"include_usage": True}} for i in range(requests)]
+    bodies = [
+        {
+            "model": model,
+            "prompt": PROMPTS[i % len(PROMPTS)],
+            "max_tokens": max_tokens,
+            "temperature": 0,
+            "ignore_eos": True,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        for i in range(requests)
+    ]
     queue: asyncio.Queue[dict[str, object]] = asyncio.Queue()
     for body in bodies:
         queue.put_nowait(body)
@@ -164,8 +179,11 @@ def main() -> None:
     args = parser.parse_args()
 
     results: dict[int, dict[str, float]] = {}
-    with tempfile.TemporaryDirectory() as tmp, engine(args.engine_url, Path(tmp)) as (
-            base_url, model, spec, k), proxy(base_url, spec, k, Path(tmp)) as (proxy_url, pid):
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        engine(args.engine_url, Path(tmp)) as (base_url, model, spec, k),
+        proxy(base_url, spec, k, Path(tmp)) as (proxy_url, pid),
+    ):
         asyncio.run(measure(base_url, model, concurrency=4, requests=4, max_tokens=16))
         asyncio.run(measure(proxy_url, model, concurrency=4, requests=4, max_tokens=16))
         for concurrency, requests in ((1, args.requests_c1), (16, args.requests_c16)):
@@ -174,26 +192,39 @@ def main() -> None:
             for _ in range(args.rounds):
                 for name, url in (("direct", base_url), ("proxy", proxy_url)):
                     cpu_before = cpu_seconds(pid)
-                    rate, produced = asyncio.run(measure(
-                        url, model, concurrency=concurrency, requests=requests,
-                        max_tokens=args.max_tokens))
+                    rate, produced = asyncio.run(
+                        measure(
+                            url,
+                            model,
+                            concurrency=concurrency,
+                            requests=requests,
+                            max_tokens=args.max_tokens,
+                        )
+                    )
                     if name == "proxy":
                         cpu_s += cpu_seconds(pid) - cpu_before
                         tokens += produced
                     print(f"  c={concurrency:<3} {name:<6} {rate:7.1f} tok/s", file=sys.stderr)
                     best[name] = max(best[name], rate)
-            results[concurrency] = {**best, "ratio": best["proxy"] / best["direct"],
-                                    "proxy_cpu_ms_per_1k_tokens": 1e6 * cpu_s / tokens}
+            results[concurrency] = {
+                **best,
+                "ratio": best["proxy"] / best["direct"],
+                "proxy_cpu_ms_per_1k_tokens": 1e6 * cpu_s / tokens,
+            }
 
     if args.json:
         print(json.dumps(results, indent=2))
         return
-    print(f"{'concurrency':>11}  {'direct tok/s':>12}  {'proxy tok/s':>11}  {'ratio':>6}  "
-          f"{'proxy CPU ms/1k tok':>19}")
+    print(
+        f"{'concurrency':>11}  {'direct tok/s':>12}  {'proxy tok/s':>11}  {'ratio':>6}  "
+        f"{'proxy CPU ms/1k tok':>19}"
+    )
     for concurrency, row in results.items():
         flag = "" if row["ratio"] >= 0.95 else "  (below 0.95)"
-        print(f"{concurrency:>11}  {row['direct']:>12.1f}  {row['proxy']:>11.1f}  "
-              f"{row['ratio']:>6.3f}  {row['proxy_cpu_ms_per_1k_tokens']:>19.1f}{flag}")
+        print(
+            f"{concurrency:>11}  {row['direct']:>12.1f}  {row['proxy']:>11.1f}  "
+            f"{row['ratio']:>6.3f}  {row['proxy_cpu_ms_per_1k_tokens']:>19.1f}{flag}"
+        )
 
 
 if __name__ == "__main__":

@@ -14,12 +14,20 @@ from app.domain.periods import month_bounds
 from app.settings import get_settings
 from dashboards import data, pages
 
-dashboards_app = typer.Typer(help="Plotly dashboards (also served by `specledger serve` under "
-                             "/dashboards).", no_args_is_help=True)
+dashboards_app = typer.Typer(
+    help="Plotly dashboards (also served by `specledger serve` under /dashboards).",
+    no_args_is_help=True,
+)
 
 
-def export_pages(engine: Engine, out_dir: Path, *, month: str | None = None,
-                 team: str | None = None, inline: bool = False) -> list[Path]:
+def export_pages(
+    engine: Engine,
+    out_dir: Path,
+    *,
+    month: str | None = None,
+    team: str | None = None,
+    inline: bool = False,
+) -> list[Path]:
     """Write every dashboard page as ``<page>.html`` (plus ``index.html``) into ``out_dir``.
 
     Args:
@@ -40,31 +48,53 @@ def export_pages(engine: Engine, out_dir: Path, *, month: str | None = None,
         asset = out_dir / pages.PLOTLY_JS_NAME
         asset.write_text(pages.plotly_js(), "utf-8")
         written.append(asset)
-    ctx = pages.PageContext(month=chosen, team=team, href=lambda page: f"{page}.html",
-                            plotly_script=script, controls=False)
+    ctx = pages.PageContext(
+        month=chosen,
+        team=team,
+        href=lambda page: f"{page}.html",
+        plotly_script=script,
+        controls=False,
+    )
     breakeven = data.breakeven_frames(engine)
     tiers = data.tier_frames(engine, month=chosen, team=team)
     usage = data.usage_by_hour(engine, month=chosen, team=team)
     rendered = {
         "cost": pages.cost_page(
-            ctx, ledger=data.ledger_by_hour(engine, month=chosen, team=team), usage=usage,
+            ctx,
+            ledger=data.ledger_by_hour(engine, month=chosen, team=team),
+            usage=usage,
             sessions=data.session_seconds_by_hour(engine, month=chosen, team=team),
-            reconciliation=data.reconciliation_frame(engine, month=chosen, team=team)),
+            reconciliation=data.reconciliation_frame(engine, month=chosen, team=team),
+        ),
         "breakeven": pages.breakeven_page(
-            ctx, points=breakeven.points, curve=breakeven.curve, summary=breakeven.summary,
-            schedule=breakeven.schedule, sweep=breakeven.sweep, fit=breakeven.fit,
-            message=breakeven.message),
+            ctx,
+            points=breakeven.points,
+            curve=breakeven.curve,
+            summary=breakeven.summary,
+            schedule=breakeven.schedule,
+            sweep=breakeven.sweep,
+            fit=breakeven.fit,
+            message=breakeven.message,
+        ),
         "speculation": pages.speculation_page(ctx, usage=usage),
-        "tiers": pages.tiers_page(ctx, modelled=tiers.modelled, quoted=tiers.quoted,
-                                  measured=tiers.measured, catalog_found=tiers.catalog_found),
+        "tiers": pages.tiers_page(
+            ctx,
+            modelled=tiers.modelled,
+            quoted=tiers.quoted,
+            measured=tiers.measured,
+            catalog_found=tiers.catalog_found,
+        ),
     }
     for name, text in rendered.items():
         path = out_dir / f"{name}.html"
         path.write_text(text, "utf-8")
         written.append(path)
     index = out_dir / "index.html"
-    index.write_text('<!doctype html><meta http-equiv="refresh" content="0; url=cost.html">'
-                     '<a href="cost.html">SpecLedger dashboards</a>\n', "utf-8")
+    index.write_text(
+        '<!doctype html><meta http-equiv="refresh" content="0; url=cost.html">'
+        '<a href="cost.html">SpecLedger dashboards</a>\n',
+        "utf-8",
+    )
     written.append(index)
     return written
 
@@ -72,12 +102,16 @@ def export_pages(engine: Engine, out_dir: Path, *, month: str | None = None,
 @dashboards_app.command("export")
 def export(
     out: Annotated[Path, typer.Option("--out", help="Folder to write the HTML files into.")],
-    team: Annotated[str | None, typer.Option(help="Only this team's data (what its key "
-                                             "would see).")] = None,
-    month: Annotated[str | None, typer.Option(help="Month YYYY-MM; default: the newest "
-                                              "allocated month.")] = None,
-    inline: Annotated[bool, typer.Option(help="Embed plotly.js in every page (larger files, "
-                                         "each one self-contained).")] = False,
+    team: Annotated[
+        str | None, typer.Option(help="Only this team's data (what its key would see).")
+    ] = None,
+    month: Annotated[
+        str | None, typer.Option(help="Month YYYY-MM; default: the newest allocated month.")
+    ] = None,
+    inline: Annotated[
+        bool,
+        typer.Option(help="Embed plotly.js in every page (larger files, each one self-contained)."),
+    ] = False,
 ) -> None:
     """Write the cost, breakeven, speculation and tiers dashboards as static HTML files."""
     if month is not None:

@@ -40,8 +40,11 @@ TIER_CATALOG = "data/tiers.json"
 
 
 def _run_id(session: Session, month: str) -> int | None:
-    return session.scalar(select(AllocationRun.id).where(
-        AllocationRun.month == month, AllocationRun.status == "current"))
+    return session.scalar(
+        select(AllocationRun.id).where(
+            AllocationRun.month == month, AllocationRun.status == "current"
+        )
+    )
 
 
 def _hour(engine: Engine, column: Any) -> ColumnElement[Any]:
@@ -58,10 +61,16 @@ def _utc(values: pd.Series) -> pd.Series:
 def months(engine: Engine) -> list[str]:
     """Months with a current allocation run or with usage, newest first."""
     with Session(engine) as session:
-        allocated = set(session.scalars(select(AllocationRun.month).where(
-            AllocationRun.status == "current", AllocationRun.month.is_not(None))))
-        first, last = session.execute(select(func.min(UsageRecord.arrived_at),
-                                             func.max(UsageRecord.arrived_at))).one()
+        allocated = set(
+            session.scalars(
+                select(AllocationRun.month).where(
+                    AllocationRun.status == "current", AllocationRun.month.is_not(None)
+                )
+            )
+        )
+        first, last = session.execute(
+            select(func.min(UsageRecord.arrived_at), func.max(UsageRecord.arrived_at))
+        ).one()
     found = {m for m in allocated if m}
     if first is not None and last is not None:
         year, month = first.year, first.month
@@ -74,8 +83,9 @@ def months(engine: Engine) -> list[str]:
 def default_month(engine: Engine) -> str:
     """The newest month with an allocation run, else with usage, else the current month."""
     with Session(engine) as session:
-        allocated = session.scalar(select(func.max(AllocationRun.month)).where(
-            AllocationRun.status == "current"))
+        allocated = session.scalar(
+            select(func.max(AllocationRun.month)).where(AllocationRun.status == "current")
+        )
         if allocated:
             return str(allocated)
         latest = session.scalar(select(func.max(UsageRecord.arrived_at)))
@@ -85,8 +95,13 @@ def default_month(engine: Engine) -> str:
 def teams(engine: Engine) -> list[str]:
     """Every team seen in usage (for an administrator's team picker; never for a team)."""
     with Session(engine) as session:
-        return sorted(t for t in session.scalars(
-            select(UsageRecord.team).distinct().where(UsageRecord.team.is_not(None))) if t)
+        return sorted(
+            t
+            for t in session.scalars(
+                select(UsageRecord.team).distinct().where(UsageRecord.team.is_not(None))
+            )
+            if t
+        )
 
 
 # ---------------------------------------------------------------------------------- cost
@@ -114,47 +129,79 @@ def ledger_by_hour(engine: Engine, *, month: str, team: str | None = None) -> pd
         if run_id is None:
             return pd.DataFrame(columns=columns)
         hour = _hour(engine, LedgerEntry.charge_period_start).label("hour")
-        query = (select(hour, LedgerEntry.team, LedgerEntry.kind, LedgerEntry.currency,
-                        func.sum(LedgerEntry.effective_cost_micros),
-                        func.sum(LedgerEntry.billed_cost_micros))
-                 .where(LedgerEntry.run_id == run_id, LedgerEntry.kind != "adjustment")
-                 .group_by(hour, LedgerEntry.team, LedgerEntry.kind, LedgerEntry.currency))
+        query = (
+            select(
+                hour,
+                LedgerEntry.team,
+                LedgerEntry.kind,
+                LedgerEntry.currency,
+                func.sum(LedgerEntry.effective_cost_micros),
+                func.sum(LedgerEntry.billed_cost_micros),
+            )
+            .where(LedgerEntry.run_id == run_id, LedgerEntry.kind != "adjustment")
+            .group_by(hour, LedgerEntry.team, LedgerEntry.kind, LedgerEntry.currency)
+        )
         if team is not None:
             query = query.where(LedgerEntry.team == team)
         rows = session.execute(query).all()
     frame = pd.DataFrame(
-        [(h, _team_label(k, t), k, c, int(e), int(b)) for h, t, k, c, e, b in rows],
-        columns=columns)
+        [(h, _team_label(k, t), k, c, int(e), int(b)) for h, t, k, c, e, b in rows], columns=columns
+    )
     periods = _utc(frame["period_start"])
     frame["period_start"] = periods.fillna(pd.Timestamp(start))  # rows without a charge period
-    return frame.groupby(["period_start", "team", "kind", "currency"],
-                         as_index=False)[["effective_micros", "billed_micros"]].sum()
+    return frame.groupby(["period_start", "team", "kind", "currency"], as_index=False)[
+        ["effective_micros", "billed_micros"]
+    ].sum()
 
 
 def usage_by_hour(engine: Engine, *, month: str, team: str | None = None) -> pd.DataFrame:
     """Requests, tokens and speculation counters per arrival hour, deployment and team."""
-    columns = ["period_start", "deployment", "team", "requests", "prompt_tokens",
-               "completion_tokens", "num_drafts", "draft_tokens", "accepted_tokens"]
+    columns = [
+        "period_start",
+        "deployment",
+        "team",
+        "requests",
+        "prompt_tokens",
+        "completion_tokens",
+        "num_drafts",
+        "draft_tokens",
+        "accepted_tokens",
+    ]
     start, end = month_bounds(month)
     hour = _hour(engine, UsageRecord.arrived_at).label("hour")
-    query = (select(hour, UsageRecord.deployment, UsageRecord.team, func.count(),
-                    func.sum(UsageRecord.prompt_tokens), func.sum(UsageRecord.completion_tokens),
-                    func.sum(UsageRecord.num_drafts), func.sum(UsageRecord.draft_tokens),
-                    func.sum(UsageRecord.accepted_tokens))
-             .where(UsageRecord.arrived_at >= start, UsageRecord.arrived_at < end)
-             .group_by(hour, UsageRecord.deployment, UsageRecord.team))
+    query = (
+        select(
+            hour,
+            UsageRecord.deployment,
+            UsageRecord.team,
+            func.count(),
+            func.sum(UsageRecord.prompt_tokens),
+            func.sum(UsageRecord.completion_tokens),
+            func.sum(UsageRecord.num_drafts),
+            func.sum(UsageRecord.draft_tokens),
+            func.sum(UsageRecord.accepted_tokens),
+        )
+        .where(UsageRecord.arrived_at >= start, UsageRecord.arrived_at < end)
+        .group_by(hour, UsageRecord.deployment, UsageRecord.team)
+    )
     if team is not None:
         query = query.where(UsageRecord.team == team)
     with Session(engine) as session:
         rows = session.execute(query).all()
-    frame = pd.DataFrame([(h, d, _team_label("request", t), *(int(v or 0) for v in rest))
-                          for h, d, t, *rest in rows], columns=columns)
+    frame = pd.DataFrame(
+        [
+            (h, d, _team_label("request", t), *(int(v or 0) for v in rest))
+            for h, d, t, *rest in rows
+        ],
+        columns=columns,
+    )
     frame["period_start"] = _utc(frame["period_start"])
     return frame
 
 
-def _merged_intervals(keys: Sequence[object], start_ns: np.ndarray,
-                      end_ns: np.ndarray) -> pd.DataFrame:
+def _merged_intervals(
+    keys: Sequence[object], start_ns: np.ndarray, end_ns: np.ndarray
+) -> pd.DataFrame:
     """Union of the intervals of each key: one row per disjoint covered stretch."""
     codes, uniques = pd.factorize(pd.Series(list(keys), dtype=object))
     frame = pd.DataFrame({"code": codes, "start": start_ns, "end": end_ns})
@@ -164,8 +211,11 @@ def _merged_intervals(keys: Sequence[object], start_ns: np.ndarray,
     reach = frame.groupby("code")["end"].cummax()
     previous_reach = reach.groupby(frame["code"]).shift(1)
     block = (previous_reach.isna() | (frame["start"] > previous_reach)).cumsum()
-    merged = frame.groupby(block).agg(code=("code", "first"), start=("start", "min"),
-                                      end=("end", "max")).reset_index(drop=True)
+    merged = (
+        frame.groupby(block)
+        .agg(code=("code", "first"), start=("start", "min"), end=("end", "max"))
+        .reset_index(drop=True)
+    )
     merged["key"] = list(np.asarray(uniques, dtype=object)[merged["code"].to_numpy()])
     return merged[["key", "start", "end"]]
 
@@ -182,21 +232,21 @@ def _seconds_per_hour(merged: pd.DataFrame) -> pd.DataFrame:
     offset = np.arange(int(count.sum())) - np.repeat(np.cumsum(count) - count, count)
     hour = first[index] + offset
     piece = np.minimum(end[index], (hour + 1) * HOUR_NS) - np.maximum(start[index], hour * HOUR_NS)
-    return pd.DataFrame({"key": merged["key"].to_numpy()[index], "hour_ns": hour * HOUR_NS,
-                         "seconds": piece / 1e9})
+    return pd.DataFrame(
+        {"key": merged["key"].to_numpy()[index], "hour_ns": hour * HOUR_NS, "seconds": piece / 1e9}
+    )
 
 
-def session_seconds_by_hour(engine: Engine, *, month: str,
-                            team: str | None = None) -> pd.DataFrame:
+def session_seconds_by_hour(engine: Engine, *, month: str, team: str | None = None) -> pd.DataFrame:
     """Session-seconds per hour and team: the union of each session's request intervals.
 
     Requests are those that arrived in the month (as in the unit-cost report); a session's
     covered time is cut at hour boundaries, so hours add up to days and months exactly.
     """
     start, end = month_bounds(month)
-    query = (select(UsageRecord.team, UsageRecord.session_id, UsageRecord.arrived_at,
-                    UsageRecord.finished_at)
-             .where(UsageRecord.arrived_at >= start, UsageRecord.arrived_at < end))
+    query = select(
+        UsageRecord.team, UsageRecord.session_id, UsageRecord.arrived_at, UsageRecord.finished_at
+    ).where(UsageRecord.arrived_at >= start, UsageRecord.arrived_at < end)
     if team is not None:
         query = query.where(UsageRecord.team == team)
     with Session(engine) as session:
@@ -208,10 +258,13 @@ def session_seconds_by_hour(engine: Engine, *, month: str,
     merged = _merged_intervals(keys, to_ns([r[2] for r in rows]), to_ns([r[3] for r in rows]))
     pieces = _seconds_per_hour(merged)
     pieces["team"] = [key[0] for key in pieces["key"]]
-    pieces["period_start"] = pd.to_datetime(pieces["hour_ns"].astype(np.int64), unit="ns",
-                                            utc=True)
-    return (pieces.groupby(["period_start", "team"])["seconds"].sum()
-            .rename("session_seconds").reset_index())
+    pieces["period_start"] = pd.to_datetime(pieces["hour_ns"].astype(np.int64), unit="ns", utc=True)
+    return (
+        pieces.groupby(["period_start", "team"])["seconds"]
+        .sum()
+        .rename("session_seconds")
+        .reset_index()
+    )
 
 
 def reconciliation_frame(engine: Engine, *, month: str, team: str | None = None) -> pd.DataFrame:
@@ -220,23 +273,45 @@ def reconciliation_frame(engine: Engine, *, month: str, team: str | None = None)
     A team gets its own request and shared cost only; ``bill_micros``, ``idle_micros``,
     ``unallocated_micros`` and ``balanced`` are then NA, since they describe every team's spend.
     """
-    columns = ["currency", "bill_micros", "request_micros", "shared_micros", "idle_micros",
-               "unallocated_micros", "balanced"]
+    columns = [
+        "currency",
+        "bill_micros",
+        "request_micros",
+        "shared_micros",
+        "idle_micros",
+        "unallocated_micros",
+        "balanced",
+    ]
     if team is not None:
         with Session(engine) as session:
             run_id = _run_id(session, month)
-            rows = [] if run_id is None else session.execute(
-                select(LedgerEntry.currency, LedgerEntry.kind,
-                       func.sum(LedgerEntry.effective_cost_micros))
-                .where(LedgerEntry.run_id == run_id, LedgerEntry.team == team,
-                       LedgerEntry.kind.in_(("request", "shared")))
-                .group_by(LedgerEntry.currency, LedgerEntry.kind)).all()
+            rows = (
+                []
+                if run_id is None
+                else session.execute(
+                    select(
+                        LedgerEntry.currency,
+                        LedgerEntry.kind,
+                        func.sum(LedgerEntry.effective_cost_micros),
+                    )
+                    .where(
+                        LedgerEntry.run_id == run_id,
+                        LedgerEntry.team == team,
+                        LedgerEntry.kind.in_(("request", "shared")),
+                    )
+                    .group_by(LedgerEntry.currency, LedgerEntry.kind)
+                ).all()
+            )
         sums: dict[str, dict[str, int]] = {}
         for currency, kind, micros in rows:
             sums.setdefault(currency, {})[kind] = int(micros)
-        return pd.DataFrame([(c, pd.NA, parts.get("request", 0), parts.get("shared", 0), pd.NA,
-                              pd.NA, pd.NA) for c, parts in sorted(sums.items())],
-                            columns=columns)
+        return pd.DataFrame(
+            [
+                (c, pd.NA, parts.get("request", 0), parts.get("shared", 0), pd.NA, pd.NA, pd.NA)
+                for c, parts in sorted(sums.items())
+            ],
+            columns=columns,
+        )
     result = reconcile(engine, month)
     if result.run_id is None and not result.bill:
         return pd.DataFrame(columns=columns)
@@ -245,9 +320,17 @@ def reconciliation_frame(engine: Engine, *, month: str, team: str | None = None)
     for currency in sorted(set(result.bill) | set(by_currency)):
         kinds = {kind: line.effective for kind, line in by_currency.get(currency, {}).items()}
         bill = result.bill.get(currency)
-        records.append((currency, bill.effective if bill else 0, kinds.get("request", 0),
-                        kinds.get("shared", 0), kinds.get("idle", 0),
-                        kinds.get("unallocated", 0), result.balanced))
+        records.append(
+            (
+                currency,
+                bill.effective if bill else 0,
+                kinds.get("request", 0),
+                kinds.get("shared", 0),
+                kinds.get("idle", 0),
+                kinds.get("unallocated", 0),
+                result.balanced,
+            )
+        )
     return pd.DataFrame(records, columns=columns)
 
 
@@ -273,10 +356,14 @@ class BreakevenFrames:
 
 def _empty_breakeven(sweeps: list[dict[str, Any]], message: str | None = None) -> BreakevenFrames:
     return BreakevenFrames(
-        sweep=None, points=pd.DataFrame(columns=["config", "concurrency", "measured_speedup"]),
+        sweep=None,
+        points=pd.DataFrame(columns=["config", "concurrency", "measured_speedup"]),
         curve=pd.DataFrame(columns=["config", "concurrency", "speedup"]),
         summary=pd.DataFrame(columns=["config", "breakeven_concurrency", "ci_low", "ci_high"]),
-        schedule=pd.DataFrame(columns=["start", "end", "k"]), message=message, sweeps=sweeps)
+        schedule=pd.DataFrame(columns=["start", "end", "k"]),
+        message=message,
+        sweeps=sweeps,
+    )
 
 
 def _float(value: object) -> float:
@@ -294,8 +381,10 @@ def _fit(points: tuple[SweepPoint, ...]) -> dict[str, Any]:
 
 
 def _measured_speedups(points: Sequence[SweepPoint]) -> pd.DataFrame:
-    frame = pd.DataFrame([(p.config, p.method, p.concurrency, p.output_tokens_per_s)
-                          for p in points], columns=["config", "method", "concurrency", "tps"])
+    frame = pd.DataFrame(
+        [(p.config, p.method, p.concurrency, p.output_tokens_per_s) for p in points],
+        columns=["config", "method", "concurrency", "tps"],
+    )
     medians = frame.groupby(["config", "method", "concurrency"], as_index=False)["tps"].median()
     base = medians[medians["method"] == "none"].set_index("concurrency")["tps"]
     spec = medians[medians["method"] != "none"].copy()
@@ -314,11 +403,20 @@ def _fitted_curves(fit: dict[str, Any], points: Sequence[SweepPoint]) -> pd.Data
     for config in fit["configs"]:
         name = str(config["config"])
         cost_name = "drafter_overhead_s" if is_model_free(config["method"]) else "draft_cost_ratio"
-        spec = SpeculationModel(k=int(config["k"]),
-                                mean_acceptance_length=float(config["mean_acceptance_length"]),
-                                **{cost_name: params.get(f"{name}.{cost_name}", 0.0)})
-        frames.append(pd.DataFrame({"config": name, "concurrency": grid,
-                                    "speedup": speedup(step, spec, concurrency=grid)}))
+        spec = SpeculationModel(
+            k=int(config["k"]),
+            mean_acceptance_length=float(config["mean_acceptance_length"]),
+            **{cost_name: params.get(f"{name}.{cost_name}", 0.0)},
+        )
+        frames.append(
+            pd.DataFrame(
+                {
+                    "config": name,
+                    "concurrency": grid,
+                    "speedup": speedup(step, spec, concurrency=grid),
+                }
+            )
+        )
     return pd.concat(frames, ignore_index=True)
 
 
@@ -329,42 +427,70 @@ def breakeven_frames(engine: Engine, *, sweep_id: int | None = None) -> Breakeve
     sees them. A sweep without a stored fit is fitted here (cached per sweep content).
     """
     with Session(engine) as session:
-        listing = [{"id": s.id, "name": s.name, "deployment": s.deployment,
-                    "created_at": s.created_at}
-                   for s in session.scalars(select(Sweep).order_by(Sweep.created_at.desc(),
-                                                                   Sweep.id.desc()))]
+        listing = [
+            {"id": s.id, "name": s.name, "deployment": s.deployment, "created_at": s.created_at}
+            for s in session.scalars(
+                select(Sweep).order_by(Sweep.created_at.desc(), Sweep.id.desc())
+            )
+        ]
         chosen = next((s for s in listing if sweep_id is None or s["id"] == sweep_id), None)
         if chosen is None:
             return _empty_breakeven(listing)
         sweep = session.get(Sweep, chosen["id"])
         stored_fit = sweep.fit if sweep else None
-        records = session.scalars(select(SweepPointRecord).where(
-            SweepPointRecord.sweep_id == chosen["id"]).order_by(SweepPointRecord.id)).all()
-        points = tuple(SweepPoint(
-            config=r.config, method=r.method, k=r.k, concurrency=r.concurrency,
-            output_tokens_per_s=r.output_tokens_per_s,
-            tpot_p50_s=_float(r.tpot_p50_s),
-            acceptance_rate=_float((r.metrics or {}).get("acceptance_rate")),
-            mean_acceptance_length=_float((r.metrics or {}).get("mean_acceptance_length")))
-            for r in records)
+        records = session.scalars(
+            select(SweepPointRecord)
+            .where(SweepPointRecord.sweep_id == chosen["id"])
+            .order_by(SweepPointRecord.id)
+        ).all()
+        points = tuple(
+            SweepPoint(
+                config=r.config,
+                method=r.method,
+                k=r.k,
+                concurrency=r.concurrency,
+                output_tokens_per_s=r.output_tokens_per_s,
+                tpot_p50_s=_float(r.tpot_p50_s),
+                acceptance_rate=_float((r.metrics or {}).get("acceptance_rate")),
+                mean_acceptance_length=_float((r.metrics or {}).get("mean_acceptance_length")),
+            )
+            for r in records
+        )
     empty = _empty_breakeven(listing)
     if not points:
-        return BreakevenFrames(**{**empty.__dict__, "sweep": chosen,
-                                  "message": "this sweep has no points"})
+        return BreakevenFrames(
+            **{**empty.__dict__, "sweep": chosen, "message": "this sweep has no points"}
+        )
     measured = _measured_speedups(points)
     try:
         fit = stored_fit or _fit(points)
     except InvalidInput as exc:
-        return BreakevenFrames(**{**empty.__dict__, "sweep": chosen, "points": measured,
-                                  "message": f"no fit: {exc}"})
+        return BreakevenFrames(
+            **{**empty.__dict__, "sweep": chosen, "points": measured, "message": f"no fit: {exc}"}
+        )
     ci = fit.get("breakeven_ci") or [None, None]
-    summary = pd.DataFrame([{"config": fit.get("config"),
-                             "breakeven_concurrency": _float(fit.get("breakeven_concurrency")),
-                             "ci_low": _float(ci[0]), "ci_high": _float(ci[1])}])
-    schedule = pd.DataFrame([list(band) for band in fit.get("schedule") or []],
-                            columns=["start", "end", "k"])
-    return BreakevenFrames(sweep=chosen, points=measured, curve=_fitted_curves(fit, points),
-                           summary=summary, schedule=schedule, fit=fit, sweeps=listing)
+    summary = pd.DataFrame(
+        [
+            {
+                "config": fit.get("config"),
+                "breakeven_concurrency": _float(fit.get("breakeven_concurrency")),
+                "ci_low": _float(ci[0]),
+                "ci_high": _float(ci[1]),
+            }
+        ]
+    )
+    schedule = pd.DataFrame(
+        [list(band) for band in fit.get("schedule") or []], columns=["start", "end", "k"]
+    )
+    return BreakevenFrames(
+        sweep=chosen,
+        points=measured,
+        curve=_fitted_curves(fit, points),
+        summary=summary,
+        schedule=schedule,
+        fit=fit,
+        sweeps=listing,
+    )
 
 
 # ---------------------------------------------------------------------------------- tiers
@@ -411,26 +537,35 @@ def parse_tier_catalog(data: dict[str, Any]) -> list[TierSpec]:
     contain ``per_1k_session_seconds`` or ``per_month`` (a number, decimal string or range).
     """
     raw = data.get("tiers", data)
-    items = ([{"name": name, **body} for name, body in raw.items() if isinstance(body, dict)]
-             if isinstance(raw, dict) else [i for i in raw if isinstance(i, dict)])
+    items = (
+        [{"name": name, **body} for name, body in raw.items() if isinstance(body, dict)]
+        if isinstance(raw, dict)
+        else [i for i in raw if isinstance(i, dict)]
+    )
     specs = []
     for item in items:
         count = _pair(item.get("instances", item.get("instance_count", item.get("nodes", 1))))
-        specs.append(TierSpec(
-            name=str(item.get("name") or item.get("tier")),
-            instance_type=item.get("instance_type"),
-            instances=tuple(sorted({int(count[0]), int(count[1])})) if count else (1,),
-            sessions=_pair(item.get("sessions", item.get("concurrent_sessions"))),
-            quoted_usd_per_1k_session_seconds=_quoted(item, "1k_session_seconds"),
-            quoted_usd_per_month=_quoted(item, "per_month")))
+        specs.append(
+            TierSpec(
+                name=str(item.get("name") or item.get("tier")),
+                instance_type=item.get("instance_type"),
+                instances=tuple(sorted({int(count[0]), int(count[1])})) if count else (1,),
+                sessions=_pair(item.get("sessions", item.get("concurrent_sessions"))),
+                quoted_usd_per_1k_session_seconds=_quoted(item, "1k_session_seconds"),
+                quoted_usd_per_month=_quoted(item, "per_month"),
+            )
+        )
     return specs
 
 
 def load_tier_catalog(path: Path | None = None) -> list[TierSpec]:
     """The tier catalog (default ``app/data/tiers.json``); empty when there is none."""
     try:
-        text = (path.read_text("utf-8") if path is not None
-                else resources.files("app").joinpath(TIER_CATALOG).read_text("utf-8"))
+        text = (
+            path.read_text("utf-8")
+            if path is not None
+            else resources.files("app").joinpath(TIER_CATALOG).read_text("utf-8")
+        )
     except FileNotFoundError:
         return []
     return parse_tier_catalog(json.loads(text))
@@ -454,9 +589,16 @@ def _modelled(tiers: Sequence[TierSpec]) -> pd.DataFrame:
         grid = np.geomspace(max(tier.sessions[0] / 2, 1.0), tier.sessions[1] * 2, 40)
         for count in tier.instances:
             hourly = float(price.usd_per_hour) * count
-            frames.append(pd.DataFrame({
-                "tier": tier.name, "label": f"list price, {count}x {price.instance_type}",
-                "concurrency": grid, "usd_per_1k_session_seconds": hourly / (3.6 * grid)}))
+            frames.append(
+                pd.DataFrame(
+                    {
+                        "tier": tier.name,
+                        "label": f"list price, {count}x {price.instance_type}",
+                        "concurrency": grid,
+                        "usd_per_1k_session_seconds": hourly / (3.6 * grid),
+                    }
+                )
+            )
     columns = ["tier", "label", "concurrency", "usd_per_1k_session_seconds"]
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=columns)
 
@@ -468,17 +610,35 @@ def _measured_tiers(engine: Engine, month: str, team: str | None) -> pd.DataFram
         run_id = _run_id(session, month)
         if run_id is None:
             return pd.DataFrame(columns=columns)
-        cost = (select(LedgerEntry.event_id, func.sum(LedgerEntry.effective_cost_micros)
-                       .label("micros"))
-                .where(LedgerEntry.run_id == run_id, LedgerEntry.event_id.is_not(None),
-                       LedgerEntry.currency == "USD")
-                .group_by(LedgerEntry.event_id).subquery())
-        query = (select(Deployment.tier, UsageRecord.session_id, UsageRecord.concurrency,
-                        UsageRecord.arrived_at, UsageRecord.finished_at, cost.c.micros)
-                 .join(Deployment, Deployment.name == UsageRecord.deployment)
-                 .outerjoin(cost, cost.c.event_id == UsageRecord.event_id)
-                 .where(Deployment.tier.is_not(None), UsageRecord.arrived_at >= start,
-                        UsageRecord.arrived_at < end))
+        cost = (
+            select(
+                LedgerEntry.event_id, func.sum(LedgerEntry.effective_cost_micros).label("micros")
+            )
+            .where(
+                LedgerEntry.run_id == run_id,
+                LedgerEntry.event_id.is_not(None),
+                LedgerEntry.currency == "USD",
+            )
+            .group_by(LedgerEntry.event_id)
+            .subquery()
+        )
+        query = (
+            select(
+                Deployment.tier,
+                UsageRecord.session_id,
+                UsageRecord.concurrency,
+                UsageRecord.arrived_at,
+                UsageRecord.finished_at,
+                cost.c.micros,
+            )
+            .join(Deployment, Deployment.name == UsageRecord.deployment)
+            .outerjoin(cost, cost.c.event_id == UsageRecord.event_id)
+            .where(
+                Deployment.tier.is_not(None),
+                UsageRecord.arrived_at >= start,
+                UsageRecord.arrived_at < end,
+            )
+        )
         if team is not None:
             query = query.where(UsageRecord.team == team)
         rows = session.execute(query).all()
@@ -492,8 +652,13 @@ def _measured_tiers(engine: Engine, month: str, team: str | None) -> pd.DataFram
     merged["tier"] = [k[0] for k in merged["key"]]
     merged["concurrency"] = [k[1] for k in merged["key"]]
     seconds = merged.groupby(["tier", "concurrency"])["seconds"].sum()
-    spent = pd.DataFrame({"tier": [r[0] for r in rows], "concurrency": level,
-                          "micros": [int(r[5] or 0) for r in rows]})
+    spent = pd.DataFrame(
+        {
+            "tier": [r[0] for r in rows],
+            "concurrency": level,
+            "micros": [int(r[5] or 0) for r in rows],
+        }
+    )
     micros = spent.groupby(["tier", "concurrency"])["micros"].sum()
     joined = pd.concat([micros, seconds], axis=1).reset_index()
     joined = joined[joined["seconds"] > 0]
@@ -501,8 +666,13 @@ def _measured_tiers(engine: Engine, month: str, team: str | None) -> pd.DataFram
     return joined.rename(columns={"seconds": "session_seconds"})[columns]
 
 
-def tier_frames(engine: Engine, *, month: str, team: str | None = None,
-                catalog: Sequence[TierSpec] | None = None) -> TierFrames:
+def tier_frames(
+    engine: Engine,
+    *,
+    month: str,
+    team: str | None = None,
+    catalog: Sequence[TierSpec] | None = None,
+) -> TierFrames:
     """Catalog model and quoted figures per tier, and what the ledger measured in ``month``.
 
     Measured: the effective cost of requests to deployments registered with a tier, over their
@@ -510,10 +680,28 @@ def tier_frames(engine: Engine, *, month: str, team: str | None = None,
     """
     tiers = load_tier_catalog() if catalog is None else list(catalog)
     quoted = pd.DataFrame(
-        [(t.name, t.sessions[0], t.sessions[1], t.quoted_usd_per_1k_session_seconds,
-          t.quoted_usd_per_month) for t in tiers
-         if t.sessions and t.quoted_usd_per_1k_session_seconds is not None],
-        columns=["tier", "sessions_low", "sessions_high", "usd_per_1k_session_seconds",
-                 "usd_per_month"])
-    return TierFrames(modelled=_modelled(tiers), quoted=quoted,
-                      measured=_measured_tiers(engine, month, team), catalog_found=bool(tiers))
+        [
+            (
+                t.name,
+                t.sessions[0],
+                t.sessions[1],
+                t.quoted_usd_per_1k_session_seconds,
+                t.quoted_usd_per_month,
+            )
+            for t in tiers
+            if t.sessions and t.quoted_usd_per_1k_session_seconds is not None
+        ],
+        columns=[
+            "tier",
+            "sessions_low",
+            "sessions_high",
+            "usd_per_1k_session_seconds",
+            "usd_per_month",
+        ],
+    )
+    return TierFrames(
+        modelled=_modelled(tiers),
+        quoted=quoted,
+        measured=_measured_tiers(engine, month, team),
+        catalog_found=bool(tiers),
+    )

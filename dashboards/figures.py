@@ -19,13 +19,31 @@ ACCEPTANCE_THRESHOLD = 0.5
 """Acceptance below this rate is waste (DESIGN.md, Waste)."""
 
 SPECIAL_LABELS = ("(idle)", "(unallocated)", "(shared)", "(no team)")
-_SPECIAL_COLOURS = {"(idle)": "#b0b0b0", "(unallocated)": "#e45756", "(shared)": "#9d755d",
-                    "(no team)": "#d4a6c8"}
-_PALETTE = ("#4c78a8", "#f58518", "#54a24b", "#b279a2", "#72b7b2", "#eeca3b", "#ff9da6",
-            "#79706e", "#2f4b7c", "#a05195")
+_SPECIAL_COLOURS = {
+    "(idle)": "#b0b0b0",
+    "(unallocated)": "#e45756",
+    "(shared)": "#9d755d",
+    "(no team)": "#d4a6c8",
+}
+_PALETTE = (
+    "#4c78a8",
+    "#f58518",
+    "#54a24b",
+    "#b279a2",
+    "#72b7b2",
+    "#eeca3b",
+    "#ff9da6",
+    "#79706e",
+    "#2f4b7c",
+    "#a05195",
+)
 _BAND_COLOURS = ("#dbe9f6", "#fde7cf", "#dcefd8", "#efe0ee", "#f9f2cc", "#e8e8e8")
-_LAYOUT = {"template": "plotly_white", "margin": {"l": 60, "r": 30, "t": 60, "b": 50},
-           "height": 420, "legend": {"orientation": "h", "y": -0.18}}
+_LAYOUT = {
+    "template": "plotly_white",
+    "margin": {"l": 60, "r": 30, "t": 60, "b": 50},
+    "height": 420,
+    "legend": {"orientation": "h", "y": -0.18},
+}
 _DAY_GRAIN_AFTER_DAYS = 2
 """Hourly frames spanning more than this many days are shown per day."""
 
@@ -40,8 +58,16 @@ def empty_figure(title: str, message: str = NO_DATA) -> go.Figure:
     """A blank figure whose only content is ``message`` in the middle (e.g. "No data yet")."""
     fig = _figure(title)
     fig.update_layout(xaxis={"visible": False}, yaxis={"visible": False})
-    fig.add_annotation(text=message, x=0.5, y=0.5, xref="paper", yref="paper",
-                       showarrow=False, font={"size": 18, "color": "#666"}, name="no-data")
+    fig.add_annotation(
+        text=message,
+        x=0.5,
+        y=0.5,
+        xref="paper",
+        yref="paper",
+        showarrow=False,
+        font={"size": 18, "color": "#666"},
+        name="no-data",
+    )
     return fig
 
 
@@ -80,8 +106,16 @@ def _main_currency(frame: pd.DataFrame) -> tuple[pd.DataFrame, str, list[str]]:
 
 
 def _note(fig: go.Figure, text: str) -> None:
-    fig.add_annotation(text=text, x=0, y=1.06, xref="paper", yref="paper", showarrow=False,
-                       xanchor="left", font={"size": 11, "color": "#666"})
+    fig.add_annotation(
+        text=text,
+        x=0,
+        y=1.06,
+        xref="paper",
+        yref="paper",
+        showarrow=False,
+        xanchor="left",
+        font={"size": 11, "color": "#666"},
+    )
 
 
 # ---------------------------------------------------------------------------------------- cost
@@ -100,31 +134,45 @@ def cost_by_team_figure(ledger: pd.DataFrame) -> go.Figure:
     frame, currency, others = _main_currency(ledger)
     grain = _grain(frame["period_start"])
     frame = _bucket(frame, grain)
-    grouped = (frame.groupby(["period_start", "team"])["effective_micros"].sum().reset_index()
-               .sort_values(["period_start", "team"]))
+    grouped = (
+        frame.groupby(["period_start", "team"])["effective_micros"]
+        .sum()
+        .reset_index()
+        .sort_values(["period_start", "team"])
+    )
     fig = _figure(f"{title} ({currency}, per {'day' if grain == 'D' else 'hour'})")
     colours = colour_map(grouped["team"])
     order = sorted(grouped["team"].unique(), key=lambda t: (t in SPECIAL_LABELS, t))
     for team in order:
         rows = grouped[grouped["team"] == team]
         micros = [int(m) for m in rows["effective_micros"]]
-        fig.add_bar(name=team, x=list(rows["period_start"]), y=[m / 1e6 for m in micros],
-                    customdata=[[_money(m)] for m in micros], marker_color=colours[team],
-                    hovertemplate=f"{team}<br>%{{x}}<br>{currency} %{{customdata[0]}}"
-                    "<extra></extra>")
-    fig.update_layout(barmode="relative", yaxis_title=currency, xaxis_title=None,
-                      showlegend=True)
+        fig.add_bar(
+            name=team,
+            x=list(rows["period_start"]),
+            y=[m / 1e6 for m in micros],
+            customdata=[[_money(m)] for m in micros],
+            marker_color=colours[team],
+            hovertemplate=f"{team}<br>%{{x}}<br>{currency} %{{customdata[0]}}<extra></extra>",
+        )
+    fig.update_layout(barmode="relative", yaxis_title=currency, xaxis_title=None, showlegend=True)
     if others:
         _note(fig, f"other currencies not shown: {', '.join(others)}")
     return fig
 
 
-def _unit_cost_series(ledger: pd.DataFrame, usage: pd.DataFrame, sessions: pd.DataFrame,
-                      grain: str) -> pd.DataFrame:
-    cost = _bucket(ledger[~ledger["team"].isin(["(idle)", "(unallocated)"])], grain).groupby(
-        ["period_start", "team"])["effective_micros"].sum()
-    tokens = _bucket(usage.assign(tokens=usage["prompt_tokens"] + usage["completion_tokens"]),
-                     grain).groupby(["period_start", "team"])["tokens"].sum()
+def _unit_cost_series(
+    ledger: pd.DataFrame, usage: pd.DataFrame, sessions: pd.DataFrame, grain: str
+) -> pd.DataFrame:
+    cost = (
+        _bucket(ledger[~ledger["team"].isin(["(idle)", "(unallocated)"])], grain)
+        .groupby(["period_start", "team"])["effective_micros"]
+        .sum()
+    )
+    tokens = (
+        _bucket(usage.assign(tokens=usage["prompt_tokens"] + usage["completion_tokens"]), grain)
+        .groupby(["period_start", "team"])["tokens"]
+        .sum()
+    )
     seconds = _bucket(sessions, grain).groupby(["period_start", "team"])["session_seconds"].sum()
     joined = pd.concat([cost, tokens, seconds], axis=1).fillna(0).reset_index()
     joined = joined[joined["team"] != "(shared)"]
@@ -135,8 +183,9 @@ def _unit_cost_series(ledger: pd.DataFrame, usage: pd.DataFrame, sessions: pd.Da
     return joined.sort_values(["team", "period_start"])
 
 
-def unit_cost_figure(ledger: pd.DataFrame, usage: pd.DataFrame,
-                     sessions: pd.DataFrame) -> go.Figure:
+def unit_cost_figure(
+    ledger: pd.DataFrame, usage: pd.DataFrame, sessions: pd.DataFrame
+) -> go.Figure:
     """Cost per 1K session-seconds and per 1M tokens (prompt + completion) per team over time.
 
     A team's cost is its requests' and shared entries' effective cost; idle and unallocated
@@ -156,17 +205,27 @@ def unit_cost_figure(ledger: pd.DataFrame, usage: pd.DataFrame,
     series = _unit_cost_series(ledger, usage, sessions, grain)
     if series[["per_1k_session_seconds", "per_1m_tokens"]].isna().all().all():
         return empty_figure(title)
-    fig = make_subplots(rows=1, cols=2, subplot_titles=(
-        f"{currency} per 1K session-seconds", f"{currency} per 1M tokens"))
-    fig.update_layout(title={"text": f"{title} per {'day' if grain == 'D' else 'hour'}"},
-                      **_LAYOUT)
+    fig = make_subplots(
+        rows=1,
+        cols=2,
+        subplot_titles=(f"{currency} per 1K session-seconds", f"{currency} per 1M tokens"),
+    )
+    fig.update_layout(title={"text": f"{title} per {'day' if grain == 'D' else 'hour'}"}, **_LAYOUT)
     colours = colour_map(series["team"])
     for team, rows in series.groupby("team", sort=True):
         for col, column in enumerate(("per_1k_session_seconds", "per_1m_tokens"), start=1):
-            fig.add_scatter(name=str(team), legendgroup=str(team), showlegend=col == 1,
-                            x=list(rows["period_start"]), y=list(rows[column]),
-                            mode="lines+markers", line_color=colours[str(team)],
-                            connectgaps=False, row=1, col=col)
+            fig.add_scatter(
+                name=str(team),
+                legendgroup=str(team),
+                showlegend=col == 1,
+                x=list(rows["period_start"]),
+                y=list(rows[column]),
+                mode="lines+markers",
+                line_color=colours[str(team)],
+                connectgaps=False,
+                row=1,
+                col=col,
+            )
     return fig
 
 
@@ -181,8 +240,9 @@ def idle_share_figure(ledger: pd.DataFrame) -> go.Figure:
         return empty_figure(title)
     frame, _, _ = _main_currency(ledger)
     grain = _grain(frame["period_start"])
-    frame = _bucket(frame.assign(idle=frame["effective_micros"].where(
-        frame["team"] == "(idle)", 0)), grain)
+    frame = _bucket(
+        frame.assign(idle=frame["effective_micros"].where(frame["team"] == "(idle)", 0)), grain
+    )
     per = frame.groupby("period_start")[["idle", "effective_micros"]].sum().reset_index()
     per = per[per["effective_micros"] != 0]
     if per.empty:
@@ -190,8 +250,14 @@ def idle_share_figure(ledger: pd.DataFrame) -> go.Figure:
     share = per["idle"] / per["effective_micros"]
     overall = float(per["idle"].sum() / per["effective_micros"].sum())
     fig = _figure(f"{title} (overall {overall:.1%})")
-    fig.add_scatter(name="idle share", x=list(per["period_start"]), y=list(share),
-                    mode="lines+markers", fill="tozeroy", line_color="#888")
+    fig.add_scatter(
+        name="idle share",
+        x=list(per["period_start"]),
+        y=list(share),
+        mode="lines+markers",
+        fill="tozeroy",
+        line_color="#888",
+    )
     fig.update_layout(yaxis={"tickformat": ".0%", "rangemode": "tozero"}, showlegend=False)
     return fig
 
@@ -218,32 +284,44 @@ def reconciliation_figure(reconciliation: pd.DataFrame) -> go.Figure:
         team_view = _missing(row["bill_micros"])
         parts = [("requests", int(row["request_micros"])), ("shared", int(row["shared_micros"]))]
         if not team_view:
-            parts += [("idle", int(row["idle_micros"])),
-                      ("unallocated", int(row["unallocated_micros"]))]
+            parts += [
+                ("idle", int(row["idle_micros"])),
+                ("unallocated", int(row["unallocated_micros"])),
+            ]
         total = sum(m for _, m in parts)
         total_label = "team total" if team_view else "bill"
-        labels = [f"{label} ({currency})" if several else label
-                  for label, _ in [*parts, (total_label, total)]]
+        labels = [
+            f"{label} ({currency})" if several else label
+            for label, _ in [*parts, (total_label, total)]
+        ]
         values = [*(m for _, m in parts), total]
         fig.add_waterfall(
-            name=currency, x=labels, y=[m / 1e6 for m in values],
+            name=currency,
+            x=labels,
+            y=[m / 1e6 for m in values],
             measure=[*(["relative"] * len(parts)), "total"],
-            text=[_money(m) for m in values], textposition="outside",
+            text=[_money(m) for m in values],
+            textposition="outside",
             customdata=[[_money(m)] for m in values],
             hovertemplate=f"%{{x}}<br>{currency} %{{customdata[0]}}<extra></extra>",
             connector={"line": {"color": "#bbb"}},
             increasing={"marker": {"color": "#4c78a8"}},
             decreasing={"marker": {"color": "#e45756"}},
-            totals={"marker": {"color": "#333"}})
+            totals={"marker": {"color": "#333"}},
+        )
         if team_view:
-            lines.append(f"{currency}: team total {_money(total)} = requests "
-                         f"{_money(parts[0][1])} + shared {_money(parts[1][1])}")
+            lines.append(
+                f"{currency}: team total {_money(total)} = requests "
+                f"{_money(parts[0][1])} + shared {_money(parts[1][1])}"
+            )
         else:
             verdict = "balanced to the micro" if bool(row["balanced"]) else "NOT balanced"
             allocated = parts[0][1] + parts[1][1]
-            lines.append(f"{currency}: bill {_money(int(row['bill_micros']))} = allocated "
-                         f"{_money(allocated)} + idle {_money(parts[2][1])} + unallocated "
-                         f"{_money(parts[3][1])} ({verdict})")
+            lines.append(
+                f"{currency}: bill {_money(int(row['bill_micros']))} = allocated "
+                f"{_money(allocated)} + idle {_money(parts[2][1])} + unallocated "
+                f"{_money(parts[3][1])} ({verdict})"
+            )
     fig.update_layout(showlegend=False, yaxis_title="cost" if several else currency)
     _note(fig, "<br>".join(lines))
     fig.update_layout(margin={"t": 60 + 14 * len(lines)})
@@ -265,23 +343,36 @@ def acceptance_rate_figure(usage: pd.DataFrame, *, by: str) -> go.Figure:
     if frame.empty:
         return empty_figure(title)
     grain = _grain(frame["period_start"])
-    grouped = (_bucket(frame, grain).groupby([by, "period_start"], as_index=False)
-               [["draft_tokens", "accepted_tokens"]].sum())
+    grouped = (
+        _bucket(frame, grain)
+        .groupby([by, "period_start"], as_index=False)[["draft_tokens", "accepted_tokens"]]
+        .sum()
+    )
     fig = _figure(f"{title} (per {'day' if grain == 'D' else 'hour'})")
     colours = colour_map(grouped[by]) if by == "team" else {}
     for i, (key, rows) in enumerate(grouped.groupby(by, sort=True)):
         rate = rows["accepted_tokens"] / rows["draft_tokens"]
         total = rows["accepted_tokens"].sum() / rows["draft_tokens"].sum()
-        fig.add_scatter(name=f"{key} ({total:.0%})", x=list(rows["period_start"]), y=list(rate),
-                        mode="lines+markers",
-                        line_color=colours.get(str(key), _PALETTE[i % len(_PALETTE)]),
-                        customdata=list(zip(rows["accepted_tokens"], rows["draft_tokens"],
-                                            strict=True)),
-                        hovertemplate=f"{key}<br>%{{x}}<br>%{{y:.1%}} "
-                        "(%{customdata[0]} / %{customdata[1]} tokens)<extra></extra>")
-    fig.add_hline(y=ACCEPTANCE_THRESHOLD, line_dash="dash", line_color="#e45756",
-                  annotation_text="50%", annotation_position="bottom left")
-    fig.update_layout(yaxis={"tickformat": ".0%", "range": [0, 1.05], "title": "accepted / drafted"})
+        fig.add_scatter(
+            name=f"{key} ({total:.0%})",
+            x=list(rows["period_start"]),
+            y=list(rate),
+            mode="lines+markers",
+            line_color=colours.get(str(key), _PALETTE[i % len(_PALETTE)]),
+            customdata=list(zip(rows["accepted_tokens"], rows["draft_tokens"], strict=True)),
+            hovertemplate=f"{key}<br>%{{x}}<br>%{{y:.1%}} "
+            "(%{customdata[0]} / %{customdata[1]} tokens)<extra></extra>",
+        )
+    fig.add_hline(
+        y=ACCEPTANCE_THRESHOLD,
+        line_dash="dash",
+        line_color="#e45756",
+        annotation_text="50%",
+        annotation_position="bottom left",
+    )
+    fig.update_layout(
+        yaxis={"tickformat": ".0%", "range": [0, 1.05], "title": "accepted / drafted"}
+    )
     return fig
 
 
@@ -296,15 +387,24 @@ def acceptance_length_figure(usage: pd.DataFrame) -> go.Figure:
     if frame.empty:
         return empty_figure(title)
     grain = _grain(frame["period_start"])
-    grouped = (_bucket(frame, grain).groupby(["deployment", "period_start"], as_index=False)
-               [["num_drafts", "accepted_tokens"]].sum())
+    grouped = (
+        _bucket(frame, grain)
+        .groupby(["deployment", "period_start"], as_index=False)[["num_drafts", "accepted_tokens"]]
+        .sum()
+    )
     fig = _figure(f"{title} (per {'day' if grain == 'D' else 'hour'})")
     for i, (deployment, rows) in enumerate(grouped.groupby("deployment", sort=True)):
         length = (rows["accepted_tokens"] + rows["num_drafts"]) / rows["num_drafts"]
-        fig.add_scatter(name=str(deployment), x=list(rows["period_start"]), y=list(length),
-                        mode="lines+markers", line_color=_PALETTE[i % len(_PALETTE)])
-    fig.add_hline(y=1.0, line_dash="dot", line_color="#999",
-                  annotation_text="1 = no drafted token accepted")
+        fig.add_scatter(
+            name=str(deployment),
+            x=list(rows["period_start"]),
+            y=list(length),
+            mode="lines+markers",
+            line_color=_PALETTE[i % len(_PALETTE)],
+        )
+    fig.add_hline(
+        y=1.0, line_dash="dot", line_color="#999", annotation_text="1 = no drafted token accepted"
+    )
     fig.update_layout(yaxis={"title": "tokens per step", "rangemode": "tozero"})
     return fig
 
@@ -323,8 +423,9 @@ def _finite(value: object) -> float | None:
     return number if math.isfinite(number) and number > 0 else None
 
 
-def breakeven_figure(points: pd.DataFrame, curve: pd.DataFrame, summary: pd.DataFrame,
-                     schedule: pd.DataFrame) -> go.Figure:
+def breakeven_figure(
+    points: pd.DataFrame, curve: pd.DataFrame, summary: pd.DataFrame, schedule: pd.DataFrame
+) -> go.Figure:
     """Speedup of speculation against concurrency: measured, fitted, breakeven and k schedule.
 
     Args:
@@ -338,40 +439,81 @@ def breakeven_figure(points: pd.DataFrame, curve: pd.DataFrame, summary: pd.Data
     title = "Breakeven: speculative over plain throughput"
     if points.empty and curve.empty:
         return empty_figure(title)
-    xs = [float(x) for x in pd.concat([points.get("concurrency", pd.Series(dtype=float)),
-                                       curve.get("concurrency", pd.Series(dtype=float))])]
+    xs = [
+        float(x)
+        for x in pd.concat(
+            [
+                points.get("concurrency", pd.Series(dtype=float)),
+                curve.get("concurrency", pd.Series(dtype=float)),
+            ]
+        )
+    ]
     low, high = min(xs) / 1.25, max(xs) * 1.25
     fig = _figure(title)
     for i, band in enumerate(schedule.to_dict("records")):
         x0, x1 = max(float(band["start"]), low), min(float(band["end"]) + 1.0, high)
         if x1 <= x0:
             continue
-        fig.add_vrect(x0=x0, x1=x1, fillcolor=_BAND_COLOURS[i % len(_BAND_COLOURS)],
-                      opacity=0.7, layer="below", line_width=0, name=f"schedule k={int(band['k'])}")
+        fig.add_vrect(
+            x0=x0,
+            x1=x1,
+            fillcolor=_BAND_COLOURS[i % len(_BAND_COLOURS)],
+            opacity=0.7,
+            layer="below",
+            line_width=0,
+            name=f"schedule k={int(band['k'])}",
+        )
         # Annotations on a log axis take log10 coordinates (shapes take data coordinates).
-        fig.add_annotation(x=math.log10(math.sqrt(x0 * x1)), y=1.0, yref="paper",
-                           yanchor="bottom", text=f"k={int(band['k'])}", showarrow=False,
-                           font={"size": 12, "color": "#445"}, name="schedule")
+        fig.add_annotation(
+            x=math.log10(math.sqrt(x0 * x1)),
+            y=1.0,
+            yref="paper",
+            yanchor="bottom",
+            text=f"k={int(band['k'])}",
+            showarrow=False,
+            font={"size": 12, "color": "#445"},
+            name="schedule",
+        )
     configs = sorted(set(points.get("config", [])) | set(curve.get("config", [])))
     for i, config in enumerate(configs):
         colour = _PALETTE[i % len(_PALETTE)]
         fitted = curve[curve["config"] == config]
         if not fitted.empty:
-            fig.add_scatter(name=f"{config} fitted", x=list(fitted["concurrency"]),
-                            y=list(fitted["speedup"]), mode="lines", line_color=colour)
+            fig.add_scatter(
+                name=f"{config} fitted",
+                x=list(fitted["concurrency"]),
+                y=list(fitted["speedup"]),
+                mode="lines",
+                line_color=colour,
+            )
         measured = points[points["config"] == config]
         if not measured.empty:
-            fig.add_scatter(name=f"{config} measured", x=list(measured["concurrency"]),
-                            y=list(measured["measured_speedup"]), mode="markers",
-                            marker={"color": colour, "size": 10, "symbol": "circle"})
-    fig.add_hline(y=1.0, line_color="#333", line_width=1,
-                  annotation_text="speedup 1 (break even)", annotation_position="bottom left")
+            fig.add_scatter(
+                name=f"{config} measured",
+                x=list(measured["concurrency"]),
+                y=list(measured["measured_speedup"]),
+                mode="markers",
+                marker={"color": colour, "size": 10, "symbol": "circle"},
+            )
+    fig.add_hline(
+        y=1.0,
+        line_color="#333",
+        line_width=1,
+        annotation_text="speedup 1 (break even)",
+        annotation_position="bottom left",
+    )
     _breakeven_marker(fig, summary, low, high)
     levels = sorted({float(x) for x in points.get("concurrency", [])})
-    fig.update_layout(xaxis={"type": "log", "title": "concurrent requests (batch size)",
-                             "range": [math.log10(low), math.log10(high)],
-                             **({"tickvals": levels} if levels else {})},
-                      yaxis={"title": "speedup (x)"}, height=480)
+    fig.update_layout(
+        xaxis={
+            "type": "log",
+            "title": "concurrent requests (batch size)",
+            "range": [math.log10(low), math.log10(high)],
+            **({"tickvals": levels} if levels else {}),
+        },
+        yaxis={"title": "speedup (x)"},
+        height=480,
+    )
     return fig
 
 
@@ -386,20 +528,35 @@ def _breakeven_marker(fig: go.Figure, summary: pd.DataFrame, low: float, high: f
     ci_low = _finite(row.get("ci_low")) or low
     ci_high = _finite(row.get("ci_high")) or high
     ci_low, ci_high = max(ci_low, low), min(ci_high, high)
-    fig.add_vrect(x0=ci_low, x1=ci_high, fillcolor="#e45756", opacity=0.15, line_width=0,
-                  layer="below", name="breakeven interval")
-    fig.add_scatter(name=f"breakeven {at:.2f} [{ci_low:.2f}, {ci_high:.2f}]", x=[at], y=[1.0],
-                    mode="markers", marker={"symbol": "x", "size": 16, "color": "#e45756",
-                                            "line": {"width": 2}},
-                    error_x={"type": "data", "symmetric": False, "array": [ci_high - at],
-                             "arrayminus": [at - ci_low], "color": "#e45756"})
+    fig.add_vrect(
+        x0=ci_low,
+        x1=ci_high,
+        fillcolor="#e45756",
+        opacity=0.15,
+        line_width=0,
+        layer="below",
+        name="breakeven interval",
+    )
+    fig.add_scatter(
+        name=f"breakeven {at:.2f} [{ci_low:.2f}, {ci_high:.2f}]",
+        x=[at],
+        y=[1.0],
+        mode="markers",
+        marker={"symbol": "x", "size": 16, "color": "#e45756", "line": {"width": 2}},
+        error_x={
+            "type": "data",
+            "symmetric": False,
+            "array": [ci_high - at],
+            "arrayminus": [at - ci_low],
+            "color": "#e45756",
+        },
+    )
 
 
 # ---------------------------------------------------------------------------------- tiers
 
 
-def tiers_figure(modelled: pd.DataFrame, quoted: pd.DataFrame,
-                 measured: pd.DataFrame) -> go.Figure:
+def tiers_figure(modelled: pd.DataFrame, quoted: pd.DataFrame, measured: pd.DataFrame) -> go.Figure:
     """Cost per 1K session-seconds against concurrency for each tier: model, quote, measurement.
 
     Args:
@@ -414,41 +571,72 @@ def tiers_figure(modelled: pd.DataFrame, quoted: pd.DataFrame,
     if modelled.empty and quoted.empty and measured.empty:
         return empty_figure(title)
     fig = _figure(title)
-    tiers = _ordered_tiers([*modelled.get("tier", []), *quoted.get("tier", []),
-                            *measured.get("tier", [])])
+    tiers = _ordered_tiers(
+        [*modelled.get("tier", []), *quoted.get("tier", []), *measured.get("tier", [])]
+    )
     colours = {tier: _PALETTE[i % len(_PALETTE)] for i, tier in enumerate(tiers)}
     for tier in tiers:
         colour = colours[tier]
         model = modelled[modelled["tier"] == tier] if not modelled.empty else modelled
         if not model.empty:
-            labels = model["label"] if "label" in model.columns else pd.Series(
-                "catalog price", index=model.index)
+            labels = (
+                model["label"]
+                if "label" in model.columns
+                else pd.Series("catalog price", index=model.index)
+            )
             for j, (label, line) in enumerate(model.groupby(labels, sort=True)):
-                fig.add_scatter(name=f"{tier}: {label}", legendgroup=tier,
-                                x=list(line["concurrency"]),
-                                y=list(line["usd_per_1k_session_seconds"]), mode="lines",
-                                line={"color": colour, "dash": ("solid", "dash", "dot")[j % 3]})
+                fig.add_scatter(
+                    name=f"{tier}: {label}",
+                    legendgroup=tier,
+                    x=list(line["concurrency"]),
+                    y=list(line["usd_per_1k_session_seconds"]),
+                    mode="lines",
+                    line={"color": colour, "dash": ("solid", "dash", "dot")[j % 3]},
+                )
         quote = quoted[quoted["tier"] == tier] if not quoted.empty else quoted
         for row in quote.to_dict("records"):
             lo, hi = float(row["sessions_low"]), float(row["sessions_high"])
             mid, claim = math.sqrt(lo * hi), float(row["usd_per_1k_session_seconds"])
-            fig.add_scatter(name=f"{tier}: quoted", legendgroup=tier, x=[mid],
-                            y=[claim], mode="markers+text", text=[f"quoted ${claim:.4g}"],
-                            textposition="top center",
-                            marker={"symbol": "diamond-open", "size": 14, "color": colour,
-                                    "line": {"width": 2}},
-                            error_x={"type": "data", "symmetric": False, "array": [hi - mid],
-                                     "arrayminus": [mid - lo], "color": colour})
+            fig.add_scatter(
+                name=f"{tier}: quoted",
+                legendgroup=tier,
+                x=[mid],
+                y=[claim],
+                mode="markers+text",
+                text=[f"quoted ${claim:.4g}"],
+                textposition="top center",
+                marker={
+                    "symbol": "diamond-open",
+                    "size": 14,
+                    "color": colour,
+                    "line": {"width": 2},
+                },
+                error_x={
+                    "type": "data",
+                    "symmetric": False,
+                    "array": [hi - mid],
+                    "arrayminus": [mid - lo],
+                    "color": colour,
+                },
+            )
         seen = measured[measured["tier"] == tier] if not measured.empty else measured
         if not seen.empty:
-            fig.add_scatter(name=f"{tier}: measured", legendgroup=tier,
-                            x=list(seen["concurrency"]), y=list(seen["usd_per_1k_session_seconds"]),
-                            mode="markers", marker={"symbol": "circle", "size": 11, "color": colour},
-                            customdata=list(seen["session_seconds"]),
-                            hovertemplate="%{x} concurrent: $%{y:.4f} per 1K session-s"
-                            "<br>%{customdata:.0f} session-seconds measured<extra></extra>")
-    fig.update_layout(xaxis={"type": "log", "title": "concurrent sessions"},
-                      yaxis={"type": "log", "title": "USD per 1K session-seconds"}, height=480)
+            fig.add_scatter(
+                name=f"{tier}: measured",
+                legendgroup=tier,
+                x=list(seen["concurrency"]),
+                y=list(seen["usd_per_1k_session_seconds"]),
+                mode="markers",
+                marker={"symbol": "circle", "size": 11, "color": colour},
+                customdata=list(seen["session_seconds"]),
+                hovertemplate="%{x} concurrent: $%{y:.4f} per 1K session-s"
+                "<br>%{customdata:.0f} session-seconds measured<extra></extra>",
+            )
+    fig.update_layout(
+        xaxis={"type": "log", "title": "concurrent sessions"},
+        yaxis={"type": "log", "title": "USD per 1K session-seconds"},
+        height=480,
+    )
     if measured.empty:
         _note(fig, "no measured cost yet for a deployment with a tier")
     return fig

@@ -29,9 +29,11 @@ PAGES: dict[str, str] = {
 """Page name (URL path and file stem) -> title, in navigation order."""
 
 PLOTLY_JS_NAME = "plotly.min.js"
-_RESIZE = ("<script>window.addEventListener('load',function(){"
-           "document.querySelectorAll('.js-plotly-plot').forEach(function(el){"
-           "Plotly.Plots.resize(el);});});</script>")
+_RESIZE = (
+    "<script>window.addEventListener('load',function(){"
+    "document.querySelectorAll('.js-plotly-plot').forEach(function(el){"
+    "Plotly.Plots.resize(el);});});</script>"
+)
 """Plots drawn while the grid was still laid out get their card's final width."""
 _PLOT_CONFIG = {"displaylogo": False, "responsive": True}
 _STYLE = """
@@ -91,8 +93,14 @@ def plotly_version() -> str:
 
 def figure_html(fig: go.Figure, div_id: str) -> str:
     """A figure as an HTML fragment; plotly.js must already be loaded by the page."""
-    fragment: str = pio.to_html(fig, full_html=False, include_plotlyjs=False, div_id=div_id,
-                                config=_PLOT_CONFIG, validate=False)
+    fragment: str = pio.to_html(
+        fig,
+        full_html=False,
+        include_plotlyjs=False,
+        div_id=div_id,
+        config=_PLOT_CONFIG,
+        validate=False,
+    )
     return fragment
 
 
@@ -105,19 +113,24 @@ def _controls(ctx: PageContext) -> str:
         return ""
     team = ""
     if ctx.team_choice:
-        team = ('<label>team <input name="team" size="12" placeholder="all" value="'
-                f'{html.escape(ctx.team or "")}"></label>')
-    return (f'<form class="controls" method="get"><label>month <input name="month" '
-            f'type="month" value="{html.escape(ctx.month)}"></label>{team}'
-            '<button type="submit">show</button></form>')
+        team = (
+            '<label>team <input name="team" size="12" placeholder="all" value="'
+            f'{html.escape(ctx.team or "")}"></label>'
+        )
+    return (
+        f'<form class="controls" method="get"><label>month <input name="month" '
+        f'type="month" value="{html.escape(ctx.month)}"></label>{team}'
+        '<button type="submit">show</button></form>'
+    )
 
 
 def render(ctx: PageContext, page: str, cards: Sequence[str], *, intro: str = "") -> str:
     """A whole page: header, navigation, scope line, then the cards in a grid."""
     nav = "".join(
         f'<a href="{html.escape(ctx.href(name))}"'
-        f'{" class=active" if name == page else ""}>{html.escape(title)}</a>'
-        for name, title in PAGES.items())
+        f"{' class=active' if name == page else ''}>{html.escape(title)}</a>"
+        for name, title in PAGES.items()
+    )
     scope = f"team {ctx.team}" if ctx.team else "all teams"
     title = PAGES[page]
     return (
@@ -130,52 +143,80 @@ def render(ctx: PageContext, page: str, cards: Sequence[str], *, intro: str = ""
         f'<span class="scope" data-scope="{html.escape(ctx.team or "*")}">'
         f"{html.escape(scope)} · {html.escape(ctx.month)} {_controls(ctx)}</span></header>"
         f"<main><h1>{html.escape(title)}</h1>"
-        f'{f"<p class=note>{intro}</p>" if intro else ""}'
-        f'<div class="grid">{"".join(cards)}</div></main>{_RESIZE}</body></html>\n')
+        f"{f'<p class=note>{intro}</p>' if intro else ''}"
+        f'<div class="grid">{"".join(cards)}</div></main>{_RESIZE}</body></html>\n'
+    )
 
 
-def cost_page(ctx: PageContext, *, ledger: pd.DataFrame, usage: pd.DataFrame,
-              sessions: pd.DataFrame, reconciliation: pd.DataFrame) -> str:
+def cost_page(
+    ctx: PageContext,
+    *,
+    ledger: pd.DataFrame,
+    usage: pd.DataFrame,
+    sessions: pd.DataFrame,
+    reconciliation: pd.DataFrame,
+) -> str:
     """Cost by team, unit costs, idle share and the reconciliation tile."""
     cards = [
         _card(figure_html(figures.cost_by_team_figure(ledger), "cost-by-team"), wide=True),
         _card(figure_html(figures.reconciliation_figure(reconciliation), "reconciliation")),
-        _card(figure_html(figures.idle_share_figure(ledger), "idle-share")
-              if ctx.team is None else figure_html(figures.empty_figure(
-                  "Idle share of cost", "Idle GPU cost belongs to no team"), "idle-share")),
-        _card(figure_html(figures.unit_cost_figure(ledger, usage, sessions), "unit-cost"),
-              wide=True),
+        _card(
+            figure_html(figures.idle_share_figure(ledger), "idle-share")
+            if ctx.team is None
+            else figure_html(
+                figures.empty_figure("Idle share of cost", "Idle GPU cost belongs to no team"),
+                "idle-share",
+            )
+        ),
+        _card(
+            figure_html(figures.unit_cost_figure(ledger, usage, sessions), "unit-cost"), wide=True
+        ),
     ]
-    intro = ("Effective (amortised) cost from the month's current allocation run; unit costs "
-             "divide a team's request and shared cost by its session-seconds and tokens.")
+    intro = (
+        "Effective (amortised) cost from the month's current allocation run; unit costs "
+        "divide a team's request and shared cost by its session-seconds and tokens."
+    )
     return render(ctx, "cost", cards, intro=intro)
 
 
 def speculation_page(ctx: PageContext, *, usage: pd.DataFrame) -> str:
     """Acceptance rate per deployment and team, and mean acceptance length."""
     cards = [
-        _card(figure_html(figures.acceptance_rate_figure(usage, by="deployment"),
-                          "acceptance-deployment")),
+        _card(
+            figure_html(
+                figures.acceptance_rate_figure(usage, by="deployment"), "acceptance-deployment"
+            )
+        ),
         _card(figure_html(figures.acceptance_rate_figure(usage, by="team"), "acceptance-team")),
-        _card(figure_html(figures.acceptance_length_figure(usage), "acceptance-length"),
-              wide=True),
+        _card(figure_html(figures.acceptance_length_figure(usage), "acceptance-length"), wide=True),
     ]
-    intro = ("Acceptance rate = accepted / drafted tokens. Below 50% the drafter costs more "
-             "verification work than it saves: lower k or change the drafter.")
+    intro = (
+        "Acceptance rate = accepted / drafted tokens. Below 50% the drafter costs more "
+        "verification work than it saves: lower k or change the drafter."
+    )
     return render(ctx, "speculation", cards, intro=intro)
 
 
-def breakeven_page(ctx: PageContext, *, points: pd.DataFrame, curve: pd.DataFrame,
-                   summary: pd.DataFrame, schedule: pd.DataFrame,
-                   sweep: dict[str, Any] | None, fit: dict[str, Any] | None,
-                   message: str | None) -> str:
+def breakeven_page(
+    ctx: PageContext,
+    *,
+    points: pd.DataFrame,
+    curve: pd.DataFrame,
+    summary: pd.DataFrame,
+    schedule: pd.DataFrame,
+    sweep: dict[str, Any] | None,
+    fit: dict[str, Any] | None,
+    message: str | None,
+) -> str:
     """The breakeven curve of a sweep and the vLLM schedule it implies."""
     fig = figures.breakeven_figure(points, curve, summary, schedule)
     cards = [_card(figure_html(fig, "breakeven"), wide=True)]
     details = []
     if sweep is not None:
-        details.append(f"Sweep <b>{html.escape(str(sweep['name']))}</b> (id {sweep['id']}"
-                       f"{', deployment ' + html.escape(str(sweep['deployment'])) if sweep.get('deployment') else ''}).")
+        details.append(
+            f"Sweep <b>{html.escape(str(sweep['name']))}</b> (id {sweep['id']}"
+            f"{', deployment ' + html.escape(str(sweep['deployment'])) if sweep.get('deployment') else ''})."
+        )
     if message:
         details.append(html.escape(message))
     if fit is not None:
@@ -183,19 +224,29 @@ def breakeven_page(ctx: PageContext, *, points: pd.DataFrame, curve: pd.DataFram
         if at is None:
             details.append("No breakeven in the measured range.")
         else:
-            interval = (f" (95% interval {_num(ci[0])}–{_num(ci[1])})" if ci else "")
-            details.append(f"Breakeven at {_num(at)} concurrent requests{interval} for "
-                           f"{html.escape(str(fit.get('config')))}.")
-        schedule_json = json.dumps({"num_speculative_tokens_per_batch_size":
-                                    fit.get("schedule") or []})
-        details.append("vLLM speculative config for the fitted schedule "
-                       f"(<code>specledger breakeven apply</code> writes it):"
-                       f"<pre>{html.escape(schedule_json)}</pre>")
+            interval = f" (95% interval {_num(ci[0])}–{_num(ci[1])})" if ci else ""
+            details.append(
+                f"Breakeven at {_num(at)} concurrent requests{interval} for "
+                f"{html.escape(str(fit.get('config')))}."
+            )
+        schedule_json = json.dumps(
+            {"num_speculative_tokens_per_batch_size": fit.get("schedule") or []}
+        )
+        details.append(
+            "vLLM speculative config for the fitted schedule "
+            f"(<code>specledger breakeven apply</code> writes it):"
+            f"<pre>{html.escape(schedule_json)}</pre>"
+        )
     if details:
         cards.append(_card("<div class=note>" + "<br>".join(details) + "</div>", wide=True))
-    return render(ctx, "breakeven", cards, intro="Measured speedup of each speculative config "
-                  "over plain decoding, the fitted step-time model, the breakeven concurrency "
-                  "with its bootstrap interval, and the best k per concurrency band (shaded).")
+    return render(
+        ctx,
+        "breakeven",
+        cards,
+        intro="Measured speedup of each speculative config "
+        "over plain decoding, the fitted step-time model, the breakeven concurrency "
+        "with its bootstrap interval, and the best k per concurrency band (shaded).",
+    )
 
 
 def _num(value: object) -> str:
@@ -204,14 +255,23 @@ def _num(value: object) -> str:
     return f"{float(value):.2f}"  # type: ignore[arg-type]
 
 
-def tiers_page(ctx: PageContext, *, modelled: pd.DataFrame, quoted: pd.DataFrame,
-               measured: pd.DataFrame, catalog_found: bool) -> str:
+def tiers_page(
+    ctx: PageContext,
+    *,
+    modelled: pd.DataFrame,
+    quoted: pd.DataFrame,
+    measured: pd.DataFrame,
+    catalog_found: bool,
+) -> str:
     """Cost per 1K session-seconds against concurrency for the tiers."""
-    cards = [_card(figure_html(figures.tiers_figure(modelled, quoted, measured), "tiers"),
-                   wide=True)]
-    notes = ["Lines: the catalog's on-demand price of the tier's instances spread over the "
-             "concurrent sessions (every active session accrues one session-second per second). "
-             "Dots: what the ledger measured for deployments registered with that tier."]
+    cards = [
+        _card(figure_html(figures.tiers_figure(modelled, quoted, measured), "tiers"), wide=True)
+    ]
+    notes = [
+        "Lines: the catalog's on-demand price of the tier's instances spread over the "
+        "concurrent sessions (every active session accrues one session-second per second). "
+        "Dots: what the ledger measured for deployments registered with that tier."
+    ]
     if not catalog_found:
         notes.append("No tier catalog found (app/data/tiers.json).")
     elif quoted.empty:

@@ -42,8 +42,13 @@ def get_dashboard_team(
     bearer: Annotated[HTTPAuthorizationCredentials | None, Security(_bearer)],
     header: Annotated[str | None, Security(_header)],
     cookie: Annotated[str | None, Security(_cookie)],
-    key: Annotated[str | None, Query(description="An API key, for a browser's first visit; "
-                                     "it is kept in a cookie afterwards.")] = None,
+    key: Annotated[
+        str | None,
+        Query(
+            description="An API key, for a browser's first visit; "
+            "it is kept in a cookie afterwards."
+        ),
+    ] = None,
     team: Annotated[str | None, Query(description="Admin keys: show this team's view.")] = None,
 ) -> str | None:
     """The team whose data a dashboard request may show; None means every team.
@@ -58,16 +63,19 @@ def get_dashboard_team(
     """
     secret = (bearer.credentials if bearer is not None else header or key or cookie or "").strip()
     if not secret:
-        raise Unauthorized("missing API key: open the dashboard once with ?key=<key>, or send "
-                           "`Authorization: Bearer <key>`")
+        raise Unauthorized(
+            "missing API key: open the dashboard once with ?key=<key>, or send "
+            "`Authorization: Bearer <key>`"
+        )
     principal = authenticate(session, secret)
     if principal is None:
         raise Unauthorized("invalid or revoked API key")
     scope = team_scope(principal, team or None)
     request.state.dashboard_admin = principal.is_admin
     if key is not None and secret == key.strip():
-        response.set_cookie(KEY_COOKIE, secret, httponly=True, samesite="strict",
-                            path="/dashboards")
+        response.set_cookie(
+            KEY_COOKIE, secret, httponly=True, samesite="strict", path="/dashboards"
+        )
     return scope
 
 
@@ -93,10 +101,10 @@ def _context(request: Request, month: str, team: str | None, admin_view: bool) -
     def href(page: str) -> str:
         return f"{router.prefix}/{page}" + (f"?{urlencode(keep)}" if keep else "")
 
-    script = pages.plotly_script_tag(
-        f"{router.prefix}/{ASSETS_PATH}?v={pages.plotly_version()}")
-    return pages.PageContext(month=month, team=team, href=href, plotly_script=script,
-                             team_choice=admin_view)
+    script = pages.plotly_script_tag(f"{router.prefix}/{ASSETS_PATH}?v={pages.plotly_version()}")
+    return pages.PageContext(
+        month=month, team=team, href=href, plotly_script=script, team_choice=admin_view
+    )
 
 
 def _is_admin_view(request: Request) -> bool:
@@ -104,8 +112,10 @@ def _is_admin_view(request: Request) -> bool:
     return bool(getattr(request.state, "dashboard_admin", False))
 
 
-_MonthQuery = Annotated[str | None, Query(pattern=r"^\d{4}-\d{2}$",
-                                          description="Month YYYY-MM; default: newest allocated.")]
+_MonthQuery = Annotated[
+    str | None,
+    Query(pattern=r"^\d{4}-\d{2}$", description="Month YYYY-MM; default: newest allocated."),
+]
 
 
 @router.get("", response_class=RedirectResponse)
@@ -118,54 +128,75 @@ def index(request: Request, team: DashboardTeam) -> RedirectResponse:
 @router.get("/" + ASSETS_PATH)
 def plotly_asset(team: DashboardTeam) -> Response:
     """plotly.js from the installed plotly package (the service runs without a CDN)."""
-    return Response(pages.plotly_js(), media_type="application/javascript",
-                    headers={"Cache-Control": "private, max-age=86400"})
+    return Response(
+        pages.plotly_js(),
+        media_type="application/javascript",
+        headers={"Cache-Control": "private, max-age=86400"},
+    )
 
 
 @router.get("/cost", response_class=HTMLResponse)
-def cost(request: Request, engine: EngineDep, team: DashboardTeam,
-         month: _MonthQuery = None) -> str:
+def cost(
+    request: Request, engine: EngineDep, team: DashboardTeam, month: _MonthQuery = None
+) -> str:
     """Cost by team over time, unit costs, idle share and the reconciliation tile."""
     chosen = _month(engine, month)
     ctx = _context(request, chosen, team, _is_admin_view(request))
     return pages.cost_page(
-        ctx, ledger=data.ledger_by_hour(engine, month=chosen, team=team),
+        ctx,
+        ledger=data.ledger_by_hour(engine, month=chosen, team=team),
         usage=data.usage_by_hour(engine, month=chosen, team=team),
         sessions=data.session_seconds_by_hour(engine, month=chosen, team=team),
-        reconciliation=data.reconciliation_frame(engine, month=chosen, team=team))
+        reconciliation=data.reconciliation_frame(engine, month=chosen, team=team),
+    )
 
 
 @router.get("/speculation", response_class=HTMLResponse)
-def speculation(request: Request, engine: EngineDep, team: DashboardTeam,
-                month: _MonthQuery = None) -> str:
+def speculation(
+    request: Request, engine: EngineDep, team: DashboardTeam, month: _MonthQuery = None
+) -> str:
     """Acceptance rate per deployment and team over time, and mean acceptance length."""
     chosen = _month(engine, month)
     ctx = _context(request, chosen, team, _is_admin_view(request))
-    return pages.speculation_page(
-        ctx, usage=data.usage_by_hour(engine, month=chosen, team=team))
+    return pages.speculation_page(ctx, usage=data.usage_by_hour(engine, month=chosen, team=team))
 
 
 @router.get("/breakeven", response_class=HTMLResponse)
-def breakeven(request: Request, engine: EngineDep, team: DashboardTeam,
-              month: _MonthQuery = None,
-              sweep: Annotated[int | None, Query(description="Sweep id; default: newest.")] = None,
-              ) -> str:
+def breakeven(
+    request: Request,
+    engine: EngineDep,
+    team: DashboardTeam,
+    month: _MonthQuery = None,
+    sweep: Annotated[int | None, Query(description="Sweep id; default: newest.")] = None,
+) -> str:
     """Measured and fitted speedup against concurrency, the breakeven and the k schedule."""
     chosen = _month(engine, month)
     ctx = _context(request, chosen, team, _is_admin_view(request))
     frames = data.breakeven_frames(engine, sweep_id=sweep)
     return pages.breakeven_page(
-        ctx, points=frames.points, curve=frames.curve, summary=frames.summary,
-        schedule=frames.schedule, sweep=frames.sweep, fit=frames.fit, message=frames.message)
+        ctx,
+        points=frames.points,
+        curve=frames.curve,
+        summary=frames.summary,
+        schedule=frames.schedule,
+        sweep=frames.sweep,
+        fit=frames.fit,
+        message=frames.message,
+    )
 
 
 @router.get("/tiers", response_class=HTMLResponse)
-def tiers(request: Request, engine: EngineDep, team: DashboardTeam,
-          month: _MonthQuery = None) -> str:
+def tiers(
+    request: Request, engine: EngineDep, team: DashboardTeam, month: _MonthQuery = None
+) -> str:
     """Cost per 1K session-seconds against concurrency for the three tiers."""
     chosen = _month(engine, month)
     ctx = _context(request, chosen, team, _is_admin_view(request))
     frames = data.tier_frames(engine, month=chosen, team=team)
     return pages.tiers_page(
-        ctx, modelled=frames.modelled, quoted=frames.quoted, measured=frames.measured,
-        catalog_found=frames.catalog_found)
+        ctx,
+        modelled=frames.modelled,
+        quoted=frames.quoted,
+        measured=frames.measured,
+        catalog_found=frames.catalog_found,
+    )

@@ -38,4 +38,3 @@ def _codes(column: pa.ChunkedArray) -> tuple[np.ndarray, int]:
         encoded = pc.dictionary_encode(text, null_encoding="encode")
     codes = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
     return codes, max(len(encoded.dictionary), 1)
-

@@ -87,8 +87,15 @@ def parse_timestamp(text: str) -> tuple[datetime, str | None]:
     if us:
         year = int(us["y"]) + (2000 if len(us["y"]) == 2 else 0)
         try:
-            value = datetime(year, int(us["m"]), int(us["d"]), int(us["H"] or 0),
-                             int(us["M"] or 0), int(us["S"] or 0), tzinfo=UTC)
+            value = datetime(
+                year,
+                int(us["m"]),
+                int(us["d"]),
+                int(us["H"] or 0),
+                int(us["M"] or 0),
+                int(us["S"] or 0),
+                tzinfo=UTC,
+            )
         except ValueError:
             raise ValueError("not a valid date/time") from None
         return value, "timestamp_us_date"
@@ -161,7 +168,7 @@ def dump_json_object(value: object, *, tags: bool = False) -> tuple[str, str | N
         for key, item in value.items():
             if key.startswith("user:"):
                 repair = "tag_user_prefix"
-                key = key[len("user:"):]
+                key = key[len("user:") :]
                 if key in value:  # an unprefixed key of the same name wins
                     continue
             renamed[key] = item

@@ -33,8 +33,13 @@ class ColumnResult:
     """0-based row index -> (reason, raw value) for values that could not be repaired."""
 
 
-def normalise_column(column: FocusColumn | None, raw: pa.Array, *, tags: bool = False,
-                     weights: np.ndarray | None = None) -> ColumnResult:
+def normalise_column(
+    column: FocusColumn | None,
+    raw: pa.Array,
+    *,
+    tags: bool = False,
+    weights: np.ndarray | None = None,
+) -> ColumnResult:
     """Normalise a raw column (strings from CSV, or typed from Parquet).
 
     ``column`` is None for provider ``x_`` columns, which are kept as text or flat JSON.
@@ -51,8 +56,14 @@ def normalise_column(column: FocusColumn | None, raw: pa.Array, *, tags: bool = 
     return _text_column(column, kind, raw, tags=tags, weights=weights)
 
 
-def _text_column(column: FocusColumn | None, kind: Kind, raw: pa.Array, *, tags: bool,
-                 weights: np.ndarray | None = None) -> ColumnResult:
+def _text_column(
+    column: FocusColumn | None,
+    kind: Kind,
+    raw: pa.Array,
+    *,
+    tags: bool,
+    weights: np.ndarray | None = None,
+) -> ColumnResult:
     if kind in (Kind.money, Kind.decimal):
         canonical = _canonical_number_column(kind, raw)
         if canonical is not None:
@@ -61,8 +72,11 @@ def _text_column(column: FocusColumn | None, kind: Kind, raw: pa.Array, *, tags:
     dictionary: pa.Array = encoded.dictionary
     indices = pc.fill_null(encoded.indices, -1).to_numpy(zero_copy_only=False)
     valid = indices >= 0
-    counts = np.bincount(indices[valid], weights=None if weights is None else weights[valid],
-                         minlength=len(dictionary)).astype(np.int64)
+    counts = np.bincount(
+        indices[valid],
+        weights=None if weights is None else weights[valid],
+        minlength=len(dictionary),
+    ).astype(np.int64)
     result = ColumnResult(values=pa.nulls(0))
 
     trimmed = pc.utf8_trim_whitespace(dictionary)
@@ -77,7 +91,9 @@ def _text_column(column: FocusColumn | None, kind: Kind, raw: pa.Array, *, tags:
     if kind is Kind.string and column is not None:
         parsed = pc.if_else(pa.array(is_null), pa.scalar(None, pa.string()), dictionary)
     else:
-        parsed, errors = _parse_distinct(column, kind, dictionary, is_null, counts, result, tags=tags)
+        parsed, errors = _parse_distinct(
+            column, kind, dictionary, is_null, counts, result, tags=tags
+        )
         for i, reason in errors.items():
             for row in np.flatnonzero(indices == i):
                 result.bad_rows[int(row)] = (reason, dictionary[i].as_py())
@@ -124,8 +140,9 @@ def _parse_distinct(
     return combined.take(pa.array(positions)), errors
 
 
-def _parse_canonical_numbers(kind: Kind, dictionary: pa.Array,
-                             wanted: np.ndarray) -> tuple[pa.Array | None, np.ndarray]:
+def _parse_canonical_numbers(
+    kind: Kind, dictionary: pa.Array, wanted: np.ndarray
+) -> tuple[pa.Array | None, np.ndarray]:
     """Money and decimal values already written canonically, parsed without Python: the
     parsed dictionary (or None) and the mask of slots it settled."""
     none = np.zeros(len(dictionary), dtype=bool)
@@ -237,8 +254,9 @@ def _typed_timestamps(raw: pa.Array) -> ColumnResult:
     return ColumnResult(values=unit_fixed.cast(TIMESTAMP_TYPE))
 
 
-def _typed_other(column: FocusColumn | None, raw: pa.Array,
-                 weights: np.ndarray | None) -> ColumnResult:
+def _typed_other(
+    column: FocusColumn | None, raw: pa.Array, weights: np.ndarray | None
+) -> ColumnResult:
     """Parquet numbers (decimal, double, int): decimals convert exactly; doubles via their
     shortest repr, which is the value the provider wrote."""
     if pa.types.is_decimal(raw.type) or pa.types.is_integer(raw.type):

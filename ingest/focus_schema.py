@@ -11,13 +11,13 @@ VERSIONS = ("1.0", "1.1", "1.2", "1.3")
 
 
 class Kind(StrEnum):
-    money = "money"          # a cost metric, stored as integer micros
-    decimal = "decimal"      # another numeric metric, stored as exact decimal text
+    money = "money"  # a cost metric, stored as integer micros
+    decimal = "decimal"  # another numeric metric, stored as exact decimal text
     datetime = "datetime"
     string = "string"
-    enum = "enum"            # a closed list of allowed values; case is repaired
+    enum = "enum"  # a closed list of allowed values; case is repaired
     open_enum = "open_enum"  # a list of values the spec allows, kept as given when unknown
-    json = "json"            # a flat JSON object (key-value format)
+    json = "json"  # a flat JSON object (key-value format)
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,10 +29,25 @@ class FocusColumn:
 
 
 _SERVICE_CATEGORIES = (
-    "AI and Machine Learning", "Analytics", "Business Applications", "Compute", "Databases",
-    "Developer Tools", "Multicloud", "Identity", "Integration", "Internet of Things",
-    "Management and Governance", "Media", "Migration", "Mobile", "Networking", "Security",
-    "Storage", "Web", "Other",
+    "AI and Machine Learning",
+    "Analytics",
+    "Business Applications",
+    "Compute",
+    "Databases",
+    "Developer Tools",
+    "Multicloud",
+    "Identity",
+    "Integration",
+    "Internet of Things",
+    "Management and Governance",
+    "Media",
+    "Migration",
+    "Mobile",
+    "Networking",
+    "Security",
+    "Storage",
+    "Web",
+    "Other",
 )
 
 COLUMNS: tuple[FocusColumn, ...] = (
@@ -51,8 +66,9 @@ COLUMNS: tuple[FocusColumn, ...] = (
     FocusColumn("BillingPeriodStart", Kind.datetime, "1.0"),
     FocusColumn("CapacityReservationId", Kind.string, "1.1"),
     FocusColumn("CapacityReservationStatus", Kind.enum, "1.1", ("Used", "Unused")),
-    FocusColumn("ChargeCategory", Kind.enum, "1.0",
-                ("Usage", "Purchase", "Tax", "Credit", "Adjustment")),
+    FocusColumn(
+        "ChargeCategory", Kind.enum, "1.0", ("Usage", "Purchase", "Tax", "Credit", "Adjustment")
+    ),
     FocusColumn("ChargeClass", Kind.enum, "1.0", ("Correction",)),
     FocusColumn("ChargeDescription", Kind.string, "1.0"),
     FocusColumn("ChargeFrequency", Kind.enum, "1.0", ("One-Time", "Recurring", "Usage-Based")),
@@ -108,19 +124,40 @@ BY_NAME: dict[str, FocusColumn] = {c.name: c for c in COLUMNS}
 BY_LOWER_NAME: dict[str, FocusColumn] = {c.name.lower(): c for c in COLUMNS}
 
 _MANDATORY_1_0 = (
-    "BilledCost", "BillingAccountId", "BillingAccountName", "BillingCurrency", "BillingPeriodEnd",
-    "BillingPeriodStart", "ChargeCategory", "ChargeClass", "ChargeDescription", "ChargePeriodEnd",
-    "ChargePeriodStart", "ContractedCost", "EffectiveCost", "InvoiceIssuerName", "ListCost",
-    "PricingQuantity", "PricingUnit", "ProviderName", "PublisherName", "ServiceCategory",
+    "BilledCost",
+    "BillingAccountId",
+    "BillingAccountName",
+    "BillingCurrency",
+    "BillingPeriodEnd",
+    "BillingPeriodStart",
+    "ChargeCategory",
+    "ChargeClass",
+    "ChargeDescription",
+    "ChargePeriodEnd",
+    "ChargePeriodStart",
+    "ContractedCost",
+    "EffectiveCost",
+    "InvoiceIssuerName",
+    "ListCost",
+    "PricingQuantity",
+    "PricingUnit",
+    "ProviderName",
+    "PublisherName",
+    "ServiceCategory",
     "ServiceName",
 )
 # 1.3 deprecates ProviderName and PublisherName in favour of these two.
 _MANDATORY_1_3 = tuple(
-    sorted(set(_MANDATORY_1_0) - {"ProviderName", "PublisherName"}
-           | {"HostProviderName", "ServiceProviderName"})
+    sorted(
+        set(_MANDATORY_1_0) - {"ProviderName", "PublisherName"}
+        | {"HostProviderName", "ServiceProviderName"}
+    )
 )
 MANDATORY: dict[str, tuple[str, ...]] = {
-    "1.0": _MANDATORY_1_0, "1.1": _MANDATORY_1_0, "1.2": _MANDATORY_1_0, "1.3": _MANDATORY_1_3,
+    "1.0": _MANDATORY_1_0,
+    "1.1": _MANDATORY_1_0,
+    "1.2": _MANDATORY_1_0,
+    "1.3": _MANDATORY_1_3,
 }
 
 

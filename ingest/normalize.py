@@ -63,21 +63,35 @@ TYPED_COLUMNS: dict[str, str] = {
 }
 # Columns the spec says are never null; checked on the rows when the column is present.
 NOT_NULL = (
-    "BilledCost", "EffectiveCost", "ListCost", "ContractedCost", "BillingCurrency",
-    "BillingPeriodStart", "BillingPeriodEnd", "ChargePeriodStart", "ChargePeriodEnd",
+    "BilledCost",
+    "EffectiveCost",
+    "ListCost",
+    "ContractedCost",
+    "BillingCurrency",
+    "BillingPeriodStart",
+    "BillingPeriodEnd",
+    "ChargePeriodStart",
+    "ChargePeriodEnd",
     "ChargeCategory",
 )
 # FOCUS columns whose values change from row to row. Every other column (typed, other FOCUS
 # and provider ones) describes what the row is for; a file has few distinct combinations of
 # those, and each combination is normalised once.
 ROW_VALUE_FOCUS_COLUMNS = (
-    "ChargePeriodStart", "ChargePeriodEnd", "BilledCost", "EffectiveCost", "ListCost",
-    "ContractedCost", "PricingQuantity", "ConsumedQuantity",
+    "ChargePeriodStart",
+    "ChargePeriodEnd",
+    "BilledCost",
+    "EffectiveCost",
+    "ListCost",
+    "ContractedCost",
+    "PricingQuantity",
+    "ConsumedQuantity",
 )
 VALUE_COLUMNS = ("source_row", *(TYPED_COLUMNS[name] for name in ROW_VALUE_FOCUS_COLUMNS))
 ATTRIBUTE_COLUMNS = (
     *(db for focus, db in TYPED_COLUMNS.items() if focus not in ROW_VALUE_FOCUS_COLUMNS),
-    "focus_columns", "provider_columns",
+    "focus_columns",
+    "provider_columns",
 )
 
 
@@ -103,8 +117,9 @@ class NormalisedFile:
     warnings: list[str] = field(default_factory=list)
 
 
-def normalise_file(raw: RawFile, options: NormaliseOptions, *, first_row: int = 1,
-                   count_header: bool = True) -> NormalisedFile:
+def normalise_file(
+    raw: RawFile, options: NormaliseOptions, *, first_row: int = 1, count_header: bool = True
+) -> NormalisedFile:
     """Validate and normalise one raw file, or a slice of its rows that starts at data row
     ``first_row`` (row numbers in the output and in problems count from there). What the
     header itself needed (BOM, column-name case, warnings) is counted if ``count_header``.
@@ -125,27 +140,36 @@ def normalise_file(raw: RawFile, options: NormaliseOptions, *, first_row: int = 
     length = raw.table.num_rows
     value_names = [name for name in focus if name in ROW_VALUE_FOCUS_COLUMNS]
     attribute_names = [name for name in focus if name not in ROW_VALUE_FOCUS_COLUMNS]
-    distinct, attribute_index = distinct_rows(_maps_as_json(
-        raw.table.select([focus[name] for name in attribute_names] + provider)))
+    distinct, attribute_index = distinct_rows(
+        _maps_as_json(raw.table.select([focus[name] for name in attribute_names] + provider))
+    )
     weights = np.bincount(attribute_index, minlength=distinct.num_rows)
 
-    values = {name: normalise_column(focus_schema.BY_NAME[name], _array(raw.table, focus[name]))
-              for name in value_names}
+    values = {
+        name: normalise_column(focus_schema.BY_NAME[name], _array(raw.table, focus[name]))
+        for name in value_names
+    }
     attributes = {
-        name: normalise_column(focus_schema.BY_NAME[name], _array(distinct, focus[name]),
-                               tags=name == "Tags", weights=weights)
+        name: normalise_column(
+            focus_schema.BY_NAME[name],
+            _array(distinct, focus[name]),
+            tags=name == "Tags",
+            weights=weights,
+        )
         for name in attribute_names
     }
-    provider_results = {name: normalise_column(None, _array(distinct, name), weights=weights)
-                        for name in provider}
+    provider_results = {
+        name: normalise_column(None, _array(distinct, name), weights=weights) for name in provider
+    }
 
     rows_of = _RowsOf(attribute_index)
     problems = _cell_problems(raw.name, values, None) + _row_problems(raw.name, values, None)
     problems += _cell_problems(raw.name, attributes | provider_results, rows_of)
     problems += _row_problems(raw.name, attributes, rows_of)
     if first_row != 1:
-        problems = [replace(p, row=None if p.row is None else p.row + first_row - 1)
-                    for p in problems]
+        problems = [
+            replace(p, row=None if p.row is None else p.row + first_row - 1) for p in problems
+        ]
     for result in (*values.values(), *attributes.values(), *provider_results.values()):
         out.repairs.update(result.repairs)
     bad = np.zeros(length, dtype=bool)
@@ -157,7 +181,8 @@ def normalise_file(raw: RawFile, options: NormaliseOptions, *, first_row: int = 
         bad[[p.row - first_row for p in problems if p.row is not None]] = True
 
     out.values = _value_table(values, length, first_row).append_column(
-        "attributes_index", pa.array(attribute_index))
+        "attributes_index", pa.array(attribute_index)
+    )
     if bad.any():
         out.values = out.values.filter(pa.array(~bad))
     out.attributes = _attribute_table(attributes, provider_results, distinct.num_rows)
@@ -175,17 +200,19 @@ class _RowsOf:
     def __call__(self, combination: int) -> np.ndarray:
         if self._order is None or self._starts is None:  # built on the first problem only
             self._order = np.argsort(self._index, kind="stable")
-            self._starts = np.searchsorted(self._index[self._order],
-                                           np.arange(int(self._index.max(initial=0)) + 2))
-        return self._order[self._starts[combination]:self._starts[combination + 1]]
+            self._starts = np.searchsorted(
+                self._index[self._order], np.arange(int(self._index.max(initial=0)) + 2)
+            )
+        return self._order[self._starts[combination] : self._starts[combination + 1]]
 
 
 def _maps_as_json(table: pa.Table) -> pa.Table:
     """Parquet map columns (AWS writes Tags that way) as JSON text, which can be compared."""
     for index, column in enumerate(table.columns):
         if pa.types.is_map(column.type):
-            table = table.set_column(index, table.field(index).name,
-                                     maps_to_json_text(column.combine_chunks()))
+            table = table.set_column(
+                index, table.field(index).name, maps_to_json_text(column.combine_chunks())
+            )
     return table
 
 
@@ -202,33 +229,52 @@ def _map_header(raw: RawFile, out: NormalisedFile) -> tuple[dict[str, str], list
         if column is None:
             provider.append(name)
             if not name.startswith("x_"):
-                out.warnings.append(f"{raw.name}: column {name!r} is not FOCUS and has no x_ "
-                                    "prefix; kept with the provider columns")
+                out.warnings.append(
+                    f"{raw.name}: column {name!r} is not FOCUS and has no x_ "
+                    "prefix; kept with the provider columns"
+                )
             continue
         if column.name in focus:
-            raise IngestError([Problem(raw.name, "column appears twice (names differ only in "
-                                       "case)", column=column.name)])
+            raise IngestError(
+                [
+                    Problem(
+                        raw.name,
+                        "column appears twice (names differ only in case)",
+                        column=column.name,
+                    )
+                ]
+            )
         if column.name != name:
             out.repairs["column_name_case"] += 1
         focus[column.name] = name
     return focus, provider
 
 
-def _check_mandatory(name: str, present: set[str], version: str,
-                     options: NormaliseOptions) -> None:
+def _check_mandatory(name: str, present: set[str], version: str, options: NormaliseOptions) -> None:
     mandatory = set(focus_schema.MANDATORY[version])
     if version == "1.3" and "ProviderName" in present:
         mandatory -= {"ServiceProviderName"}  # the deprecated 1.2 name still serves
     missing = sorted(mandatory - present)
     if "BillingPeriodStart" in missing:
-        raise IngestError([Problem(name, "missing mandatory column; it is needed to group rows "
-                                   "by billing period", column="BillingPeriodStart")])
+        raise IngestError(
+            [
+                Problem(
+                    name,
+                    "missing mandatory column; it is needed to group rows by billing period",
+                    column="BillingPeriodStart",
+                )
+            ]
+        )
     if missing and not options.allow_missing_columns:
-        raise IngestError([Problem(
-            name,
-            f"missing mandatory FOCUS {version} columns: {', '.join(missing)} "
-            "(use --allow-missing-columns to read them as null)",
-        )])
+        raise IngestError(
+            [
+                Problem(
+                    name,
+                    f"missing mandatory FOCUS {version} columns: {', '.join(missing)} "
+                    "(use --allow-missing-columns to read them as null)",
+                )
+            ]
+        )
 
 
 def _file_rows(positions: Iterable[int], rows_of: _RowsOf | None) -> Iterator[int]:
@@ -240,8 +286,9 @@ def _file_rows(positions: Iterable[int], rows_of: _RowsOf | None) -> Iterator[in
             yield from (int(row) + 1 for row in rows_of(int(position)))
 
 
-def _cell_problems(file: str, results: dict[str, ColumnResult],
-                   rows_of: _RowsOf | None) -> list[Problem]:
+def _cell_problems(
+    file: str, results: dict[str, ColumnResult], rows_of: _RowsOf | None
+) -> list[Problem]:
     return [
         Problem(file, reason, row=row, column=name, value=value)
         for name, result in results.items()
@@ -250,23 +297,36 @@ def _cell_problems(file: str, results: dict[str, ColumnResult],
     ]
 
 
-def _row_problems(file: str, results: dict[str, ColumnResult],
-                  rows_of: _RowsOf | None) -> list[Problem]:
+def _row_problems(
+    file: str, results: dict[str, ColumnResult], rows_of: _RowsOf | None
+) -> list[Problem]:
     problems = []
     for name in NOT_NULL:
         if name in results:
             already_bad = set(results[name].bad_rows)
             nulls = np.flatnonzero(pc.is_null(results[name].values).to_numpy(zero_copy_only=False))
-            problems += [Problem(file, "must not be null", row=row, column=name)
-                         for row in _file_rows([int(r) for r in nulls if int(r) not in already_bad],
-                                               rows_of)]
-    for start, end in (("ChargePeriodStart", "ChargePeriodEnd"),
-                       ("BillingPeriodStart", "BillingPeriodEnd")):
+            problems += [
+                Problem(file, "must not be null", row=row, column=name)
+                for row in _file_rows([int(r) for r in nulls if int(r) not in already_bad], rows_of)
+            ]
+    for start, end in (
+        ("ChargePeriodStart", "ChargePeriodEnd"),
+        ("BillingPeriodStart", "BillingPeriodEnd"),
+    ):
         if start in results and end in results:
             backwards = pc.less_equal(results[end].values, results[start].values)
-            positions = np.flatnonzero(pc.fill_null(backwards, False).to_numpy(zero_copy_only=False))
-            problems += [Problem(file, f"{end} must be after {start} (periods are half-open)",
-                                 row=row, column=end) for row in _file_rows(positions, rows_of)]
+            positions = np.flatnonzero(
+                pc.fill_null(backwards, False).to_numpy(zero_copy_only=False)
+            )
+            problems += [
+                Problem(
+                    file,
+                    f"{end} must be after {start} (periods are half-open)",
+                    row=row,
+                    column=end,
+                )
+                for row in _file_rows(positions, rows_of)
+            ]
     return problems
 
 
@@ -279,15 +339,20 @@ def _value_table(results: dict[str, ColumnResult], length: int, first_row: int) 
     return pa.table(columns)
 
 
-def _attribute_table(results: dict[str, ColumnResult], provider: dict[str, ColumnResult],
-                     length: int) -> pa.Table:
-    columns = {TYPED_COLUMNS[name]: _typed(name, results, length)
-               for name in TYPED_COLUMNS if name not in ROW_VALUE_FOCUS_COLUMNS}
+def _attribute_table(
+    results: dict[str, ColumnResult], provider: dict[str, ColumnResult], length: int
+) -> pa.Table:
+    columns = {
+        TYPED_COLUMNS[name]: _typed(name, results, length)
+        for name in TYPED_COLUMNS
+        if name not in ROW_VALUE_FOCUS_COLUMNS
+    }
     if "ProviderName" not in results and "ServiceProviderName" in results:
         columns["provider_name"] = results["ServiceProviderName"].values
     extra = [
         (name, json_fragments(focus_schema.BY_NAME[name].kind, result.values))
-        for name, result in results.items() if name not in TYPED_COLUMNS
+        for name, result in results.items()
+        if name not in TYPED_COLUMNS
     ]
     columns["focus_columns"] = json_objects(extra, length)
     columns["provider_columns"] = json_objects(

@@ -21,8 +21,10 @@ class CostTotals:
         self.effective_cost_micros += other.effective_cost_micros
 
     def to_json(self) -> dict[str, str]:
-        return {"BilledCost": format_micros(self.billed_cost_micros),
-                "EffectiveCost": format_micros(self.effective_cost_micros)}
+        return {
+            "BilledCost": format_micros(self.billed_cost_micros),
+            "EffectiveCost": format_micros(self.effective_cost_micros),
+        }
 
 
 @dataclass
@@ -82,29 +84,44 @@ class IngestReport:
             "totals": {c: t.to_json() for c, t in sorted(self.totals_by_currency().items())},
             "repairs": dict(sorted(self.repairs.items())),
             "rejects": [
-                {"file": r.file, "row": r.row, "column": r.column, "value": r.value,
-                 "reason": r.reason}
+                {
+                    "file": r.file,
+                    "row": r.row,
+                    "column": r.column,
+                    "value": r.value,
+                    "reason": r.reason,
+                }
                 for r in self.rejects
             ],
             "warnings": self.warnings,
         }
 
     def to_text(self) -> str:
-        lines = [f"Read {len(self.files)} file(s), {sum(f.rows_read for f in self.files)} rows; "
-                 f"{self.rows} rows in {len(self.periods)} billing period(s)."]
+        lines = [
+            f"Read {len(self.files)} file(s), {sum(f.rows_read for f in self.files)} rows; "
+            f"{self.rows} rows in {len(self.periods)} billing period(s)."
+        ]
         for p in self.periods:
             providers = ", ".join(f"{k} {v}" for k, v in sorted(p.rows_by_provider.items()))
-            lines.append(f"  {p.billing_period_start:%Y-%m-%d} .. {p.billing_period_end:%Y-%m-%d}"
-                         f"  {p.action:<9} {p.rows:>9} rows  [{providers}]  {p.source}")
+            lines.append(
+                f"  {p.billing_period_start:%Y-%m-%d} .. {p.billing_period_end:%Y-%m-%d}"
+                f"  {p.action:<9} {p.rows:>9} rows  [{providers}]  {p.source}"
+            )
             for currency, t in sorted(p.totals_by_currency.items()):
-                lines.append(f"      {currency:<6} BilledCost {format_micros(t.billed_cost_micros)}"
-                             f"  EffectiveCost {format_micros(t.effective_cost_micros)}")
+                lines.append(
+                    f"      {currency:<6} BilledCost {format_micros(t.billed_cost_micros)}"
+                    f"  EffectiveCost {format_micros(t.effective_cost_micros)}"
+                )
         lines.append("Totals:")
         for currency, t in sorted(self.totals_by_currency().items()):
-            lines.append(f"  {currency:<6} BilledCost {format_micros(t.billed_cost_micros)}"
-                         f"  EffectiveCost {format_micros(t.effective_cost_micros)}")
+            lines.append(
+                f"  {currency:<6} BilledCost {format_micros(t.billed_cost_micros)}"
+                f"  EffectiveCost {format_micros(t.effective_cost_micros)}"
+            )
         if self.repairs:
-            lines.append("Repairs: " + ", ".join(f"{k} {v}" for k, v in sorted(self.repairs.items())))
+            lines.append(
+                "Repairs: " + ", ".join(f"{k} {v}" for k, v in sorted(self.repairs.items()))
+            )
         if self.rejects:
             lines.append(f"Rejected {len(self.rejects)} cell(s) (--lenient skipped their rows):")
             lines += [f"  {r}" for r in self.rejects[:50]]

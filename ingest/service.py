@@ -89,13 +89,20 @@ class _Period:
     totals: dict[str, CostTotals] = field(default_factory=dict)
 
     def report(self) -> PeriodReport:
-        return PeriodReport(self.delivery.source, self.delivery.billing_period_start,
-                            self.end or self.delivery.billing_period_start, self.rows,
-                            str(self.decision.action), dict(self.by_provider), self.totals)
+        return PeriodReport(
+            self.delivery.source,
+            self.delivery.billing_period_start,
+            self.end or self.delivery.billing_period_start,
+            self.rows,
+            str(self.decision.action),
+            dict(self.by_provider),
+            self.totals,
+        )
 
 
-def ingest_billing(engine: Engine, location: str, options: IngestOptions,
-                   progress: ProgressHook | None = None) -> IngestReport:
+def ingest_billing(
+    engine: Engine, location: str, options: IngestOptions, progress: ProgressHook | None = None
+) -> IngestReport:
     """Ingest billing from a file, a folder or an ``s3://bucket/prefix``.
 
     Raises:
@@ -105,32 +112,53 @@ def ingest_billing(engine: Engine, location: str, options: IngestOptions,
     # Downloads stay until the load is done: a file beyond KEEP_READ_BYTES is read twice.
     with tempfile.TemporaryDirectory(prefix="specledger-s3-") as download_dir:
         if location.startswith("s3://"):
-            batches = discover_s3(location, Path(download_dir),
-                                  endpoint_url=options.s3_endpoint_url, source=options.source)
+            batches = discover_s3(
+                location,
+                Path(download_dir),
+                endpoint_url=options.s3_endpoint_url,
+                source=options.source,
+            )
         else:
             batches = [discover_files(Path(location), source=options.source)]
         files, problems = _read_files(batches, options.normalise, report, progress)
         now = datetime.now(UTC)
         with engine.begin() as conn:
-            periods = {key: _Period(delivery, decide(conn, delivery, force=options.force))
-                       for key, delivery in _plan_periods(files, options.normalise).items()}
-            problems += _load_rows(conn, files, periods, options.normalise, report, now=now,
-                                   write=not problems, progress=progress)
+            periods = {
+                key: _Period(delivery, decide(conn, delivery, force=options.force))
+                for key, delivery in _plan_periods(files, options.normalise).items()
+            }
+            problems += _load_rows(
+                conn,
+                files,
+                periods,
+                options.normalise,
+                report,
+                now=now,
+                write=not problems,
+                progress=progress,
+            )
             if problems:
                 raise IngestError(problems)  # rolls the transaction back
             for period in periods.values():
                 if period.delivery_id is not None:
-                    close_delivery(conn, period.delivery_id, row_count=period.rows,
-                                   billing_period_end=period.end
-                                   or period.delivery.billing_period_start)
+                    close_delivery(
+                        conn,
+                        period.delivery_id,
+                        row_count=period.rows,
+                        billing_period_end=period.end or period.delivery.billing_period_start,
+                    )
     report.periods = [p.report() for p in periods.values() if p.rows]
     if progress:
         progress("done", 1, 1)
     return report
 
 
-def _read_files(batches: list[SourceBatch], options: NormaliseOptions, report: IngestReport,
-                progress: ProgressHook | None) -> tuple[list[_ReadFile], list[Problem]]:
+def _read_files(
+    batches: list[SourceBatch],
+    options: NormaliseOptions,
+    report: IngestReport,
+    progress: ProgressHook | None,
+) -> tuple[list[_ReadFile], list[Problem]]:
     """Read every file and check its header (normalising none of its rows yet)."""
     total = sum(len(b.files) for b in batches)
     files: list[_ReadFile] = []
@@ -147,16 +175,24 @@ def _read_files(batches: list[SourceBatch], options: NormaliseOptions, report: I
                 problems += exc.problems
                 continue
             kept_bytes += raw.table.nbytes
-            files.append(_ReadFile(batch, file, header.focus_version, raw.table.num_rows,
-                                   _period_starts(raw),
-                                   raw if kept_bytes <= KEEP_READ_BYTES else None))
+            files.append(
+                _ReadFile(
+                    batch,
+                    file,
+                    header.focus_version,
+                    raw.table.num_rows,
+                    _period_starts(raw),
+                    raw if kept_bytes <= KEEP_READ_BYTES else None,
+                )
+            )
             report.repairs.update(header.repairs)
             report.warnings += header.warnings
     return files, problems
 
 
-def _plan_periods(files: list[_ReadFile],
-                  options: NormaliseOptions) -> dict[tuple[str, datetime], PeriodDelivery]:
+def _plan_periods(
+    files: list[_ReadFile], options: NormaliseOptions
+) -> dict[tuple[str, datetime], PeriodDelivery]:
     """Which billing periods each source delivers, from the distinct BillingPeriodStart
     values of its files; rows whose value is bad are reported later, with the rest."""
     contributors: dict[tuple[str, datetime], list[_ReadFile]] = {}
@@ -177,19 +213,26 @@ def _plan_periods(files: list[_ReadFile],
 
 
 def _period_starts(raw: RawFile) -> list[datetime]:
-    name = next((n for n in raw.table.column_names
-                 if n.lower() == "billingperiodstart"), None)
+    name = next((n for n in raw.table.column_names if n.lower() == "billingperiodstart"), None)
     if name is None:
         return []
-    starts = normalise_column(focus_schema.BY_NAME["BillingPeriodStart"],
-                              raw.table.column(name).combine_chunks()).values
+    starts = normalise_column(
+        focus_schema.BY_NAME["BillingPeriodStart"], raw.table.column(name).combine_chunks()
+    ).values
     return sorted(pc.unique(pc.drop_null(starts)).to_pylist())
 
 
-def _load_rows(conn: Connection, files: list[_ReadFile],
-               periods: dict[tuple[str, datetime], _Period], options: NormaliseOptions,
-               report: IngestReport, *, now: datetime, write: bool,
-               progress: ProgressHook | None) -> list[Problem]:
+def _load_rows(
+    conn: Connection,
+    files: list[_ReadFile],
+    periods: dict[tuple[str, datetime], _Period],
+    options: NormaliseOptions,
+    report: IngestReport,
+    *,
+    now: datetime,
+    write: bool,
+    progress: ProgressHook | None,
+) -> list[Problem]:
     """Normalise every file chunk by chunk (in a worker thread, one chunk ahead) and write
     the rows of the periods that change. After the first problem, only validate."""
     chunks = [(read, first, count) for read in files for first, count in _chunks(read.rows)]
@@ -201,8 +244,12 @@ def _load_rows(conn: Connection, files: list[_ReadFile],
         try:
             if not current or current[0][0] is not read:
                 current[:] = [(read, read.raw())]
-            return normalise_file(_slice(current[0][1], first, count), options,
-                                  first_row=first + 1, count_header=False)
+            return normalise_file(
+                _slice(current[0][1], first, count),
+                options,
+                first_row=first + 1,
+                count_header=False,
+            )
         except IngestError as exc:
             return exc
 
@@ -219,18 +266,22 @@ def _load_rows(conn: Connection, files: list[_ReadFile],
         report.repairs.update(result.repairs)
         report.rejects += result.rejected
         attributes = result.attributes.append_column(
-            "source_file", pa.array([read.file.name] * result.attributes.num_rows, pa.string()))
+            "source_file", pa.array([read.file.name] * result.attributes.num_rows, pa.string())
+        )
         for start, values in _split_by_period(result):
             period = periods[(read.batch.source, start)]
             _add_stats(period, values, attributes)
             if write and not problems and period.decision.action.writes:
                 if period.delivery_id is None:
-                    period.delivery_id = open_delivery(conn, period.delivery, period.decision,
-                                                       now=now)
+                    period.delivery_id = open_delivery(
+                        conn, period.delivery, period.decision, now=now
+                    )
                 insert_rows(conn, period.delivery_id, values, attributes)
     current.clear()
-    report.files += [FileReport(r.file.name, r.focus_version, rows_read[r.file.name],
-                                rows_kept[r.file.name]) for r in files]
+    report.files += [
+        FileReport(r.file.name, r.focus_version, rows_read[r.file.name], rows_kept[r.file.name])
+        for r in files
+    ]
     return problems
 
 
@@ -279,32 +330,42 @@ def _add_stats(period: _Period, values: pa.Table, attributes: pa.Table) -> None:
     each attribute combination the rows use."""
     period.rows += values.num_rows
     per_combination = values.group_by("attributes_index").aggregate(
-        [("source_row", "count"), ("billed_cost_micros", "sum"), ("effective_cost_micros", "sum")])
+        [("source_row", "count"), ("billed_cost_micros", "sum"), ("effective_cost_micros", "sum")]
+    )
     used = attributes.take(per_combination["attributes_index"])
     ends = pc.drop_null(used["billing_period_end"])
     if len(ends):
         end = pc.max(ends).as_py()
         period.end = end if period.end is None else max(period.end, end)
-    totals = pa.table({
-        "provider": used["provider_name"], "currency": used["billing_currency"],
-        "rows": per_combination["source_row_count"],
-        "billed": per_combination["billed_cost_micros_sum"],
-        "effective": per_combination["effective_cost_micros_sum"],
-    })
+    totals = pa.table(
+        {
+            "provider": used["provider_name"],
+            "currency": used["billing_currency"],
+            "rows": per_combination["source_row_count"],
+            "billed": per_combination["billed_cost_micros_sum"],
+            "effective": per_combination["effective_cost_micros_sum"],
+        }
+    )
     providers = totals.group_by("provider").aggregate([("rows", "sum")])
-    for name, count in zip(providers["provider"].to_pylist(),
-                           providers["rows_sum"].to_pylist(), strict=True):
+    for name, count in zip(
+        providers["provider"].to_pylist(), providers["rows_sum"].to_pylist(), strict=True
+    ):
         period.by_provider[name if name is not None else "(none)"] += count
     sums = totals.group_by("currency").aggregate([("billed", "sum"), ("effective", "sum")])
     for currency, billed, effective in zip(
-            sums["currency"].to_pylist(), sums["billed_sum"].to_pylist(),
-            sums["effective_sum"].to_pylist(), strict=True):
+        sums["currency"].to_pylist(),
+        sums["billed_sum"].to_pylist(),
+        sums["effective_sum"].to_pylist(),
+        strict=True,
+    ):
         period.totals.setdefault(currency or NO_CURRENCY, CostTotals()).add(
-            CostTotals(int(billed or 0), int(effective or 0)))
+            CostTotals(int(billed or 0), int(effective or 0))
+        )
 
 
-def _fingerprint(source: str, start: datetime, files: list[SourceFile],
-                 options: NormaliseOptions) -> str:
+def _fingerprint(
+    source: str, start: datetime, files: list[SourceFile], options: NormaliseOptions
+) -> str:
     digest = hashlib.sha256(f"{source}|{start.isoformat()}|{options}".encode())
     for sha in sorted(f.sha256 for f in files):
         digest.update(sha.encode())

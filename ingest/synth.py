@@ -37,50 +37,102 @@ def synth_rows(spec: SynthSpec) -> pa.Table:
     hours = int((spec.end - spec.start) / timedelta(hours=1))
     price = spec.instance.usd_per_hour
     for index in range(spec.instances):
-        resource = "i-" + hashlib.sha256(
-            f"{spec.tags}|{spec.instance.instance_type}|{index}".encode()).hexdigest()[:17]
+        resource = (
+            "i-"
+            + hashlib.sha256(
+                f"{spec.tags}|{spec.instance.instance_type}|{index}".encode()
+            ).hexdigest()[:17]
+        )
         for hour in range(hours):
             at = spec.start + timedelta(hours=hour)
-            rows.append(_row(spec, at, at + timedelta(hours=1), price, Decimal(1), "Hours",
-                             resource, "Compute", "Amazon Elastic Compute Cloud",
-                             f"{SYNTHETIC}: {spec.instance.instance_type} on-demand "
-                             "instance-hour",
-                             f"USE1-BoxUsage:{spec.instance.instance_type}"))
+            rows.append(
+                _row(
+                    spec,
+                    at,
+                    at + timedelta(hours=1),
+                    price,
+                    Decimal(1),
+                    "Hours",
+                    resource,
+                    "Compute",
+                    "Amazon Elastic Compute Cloud",
+                    f"{SYNTHETIC}: {spec.instance.instance_type} on-demand instance-hour",
+                    f"USE1-BoxUsage:{spec.instance.instance_type}",
+                )
+            )
     gb_price = networking_prices()["data_transfer_out_usd_per_gb"]
     day = spec.start.replace(hour=0)
     while day < spec.end:
         begin, finish = max(day, spec.start), min(day + timedelta(days=1), spec.end)
-        gb = (spec.network_gb_per_day * Decimal((finish - begin) / timedelta(hours=24))
-              ).quantize(Decimal("0.000001"))
-        rows.append(_row(spec, begin, finish, gb_price, gb, "GB", None, "Networking",
-                         "AWS Data Transfer", f"{SYNTHETIC}: data transfer out to the internet",
-                         "USE1-DataTransfer-Out-Bytes"))
+        gb = (spec.network_gb_per_day * Decimal((finish - begin) / timedelta(hours=24))).quantize(
+            Decimal("0.000001")
+        )
+        rows.append(
+            _row(
+                spec,
+                begin,
+                finish,
+                gb_price,
+                gb,
+                "GB",
+                None,
+                "Networking",
+                "AWS Data Transfer",
+                f"{SYNTHETIC}: data transfer out to the internet",
+                "USE1-DataTransfer-Out-Bytes",
+            )
+        )
         day += timedelta(days=1)
     return pa.table({k: pa.array([r[k] for r in rows], pa.string()) for k in rows[0]})
 
 
-def _row(spec: SynthSpec, start: datetime, end: datetime, unit_price: Decimal,
-         quantity: Decimal, unit: str, resource: str | None, category: str, service: str,
-         description: str, meter: str) -> dict[str, str | None]:
+def _row(
+    spec: SynthSpec,
+    start: datetime,
+    end: datetime,
+    unit_price: Decimal,
+    quantity: Decimal,
+    unit: str,
+    resource: str | None,
+    category: str,
+    service: str,
+    description: str,
+    meter: str,
+) -> dict[str, str | None]:
     cost = str((unit_price * quantity).quantize(Decimal("0.000001")))
     return {
-        "BilledCost": cost, "EffectiveCost": cost, "ListCost": cost, "ContractedCost": cost,
-        "BillingAccountId": spec.account_id, "BillingAccountName": "SpecLedger demo",
+        "BilledCost": cost,
+        "EffectiveCost": cost,
+        "ListCost": cost,
+        "ContractedCost": cost,
+        "BillingAccountId": spec.account_id,
+        "BillingAccountName": "SpecLedger demo",
         "BillingAccountType": "Billing Account",
         "BillingCurrency": "USD",
         "BillingPeriodStart": _iso(spec.billing_period_start),
         "BillingPeriodEnd": _iso(spec.billing_period_end),
-        "ChargeCategory": "Usage", "ChargeClass": None, "ChargeDescription": description,
+        "ChargeCategory": "Usage",
+        "ChargeClass": None,
+        "ChargeDescription": description,
         "ChargeFrequency": "Usage-Based",
-        "ChargePeriodStart": _iso(start), "ChargePeriodEnd": _iso(end),
-        "ConsumedQuantity": str(quantity), "ConsumedUnit": unit,
-        "ContractedUnitPrice": str(unit_price), "ListUnitPrice": str(unit_price),
+        "ChargePeriodStart": _iso(start),
+        "ChargePeriodEnd": _iso(end),
+        "ConsumedQuantity": str(quantity),
+        "ConsumedUnit": unit,
+        "ContractedUnitPrice": str(unit_price),
+        "ListUnitPrice": str(unit_price),
         "InvoiceIssuerName": "Amazon Web Services, Inc.",
-        "PricingCategory": "Standard", "PricingQuantity": str(quantity), "PricingUnit": unit,
-        "ProviderName": "AWS", "PublisherName": "Amazon Web Services, Inc.",
-        "RegionId": "us-east-1", "RegionName": "US East (N. Virginia)",
-        "ResourceId": resource, "ResourceType": "Instance" if resource else None,
-        "ServiceCategory": category, "ServiceName": service,
+        "PricingCategory": "Standard",
+        "PricingQuantity": str(quantity),
+        "PricingUnit": unit,
+        "ProviderName": "AWS",
+        "PublisherName": "Amazon Web Services, Inc.",
+        "RegionId": "us-east-1",
+        "RegionName": "US East (N. Virginia)",
+        "ResourceId": resource,
+        "ResourceType": "Instance" if resource else None,
+        "ServiceCategory": category,
+        "ServiceName": service,
         "ServiceSubcategory": "Virtual Machines" if category == "Compute" else "Other (Networking)",
         "SkuMeter": meter,
         "SubAccountId": spec.account_id,

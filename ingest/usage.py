@@ -35,8 +35,11 @@ class UsageInputError(IngestError):
     def __init__(self, problems: list[Problem]) -> None:
         self.problems = problems
         shown = "\n".join(f"  {_where(p)}: {p.reason}" for p in problems[:_MAX_PROBLEMS])
-        more = (f"\n  ... and {len(problems) - _MAX_PROBLEMS} more"
-                if len(problems) > _MAX_PROBLEMS else "")
+        more = (
+            f"\n  ... and {len(problems) - _MAX_PROBLEMS} more"
+            if len(problems) > _MAX_PROBLEMS
+            else ""
+        )
         Exception.__init__(self, f"usage input rejected, nothing was written:\n{shown}{more}")
 
 
@@ -142,6 +145,7 @@ def load_usage(engine: Engine, paths: Sequence[Path]) -> UsageLoadReport:
         for start in range(0, len(usage), _BATCH):
             report.usage_inserted += insert_usage(conn, usage[start : start + _BATCH])
         for start in range(0, len(idle), _BATCH):
-            report.idle_inserted += insert_idle(conn, idle[start : start + _BATCH],
-                                                skip_existing=True)
+            report.idle_inserted += insert_idle(
+                conn, idle[start : start + _BATCH], skip_existing=True
+            )
     return report

@@ -8,9 +8,16 @@ import typer
 
 
 def ingest_usage(
-    paths: Annotated[list[Path], typer.Argument(
-        help="JSONL files written by `specledger proxy --jsonl` (or its spill files); "
-        ".jsonl.gz works too.", exists=True, dir_okay=False, readable=True)],
+    paths: Annotated[
+        list[Path],
+        typer.Argument(
+            help="JSONL files written by `specledger proxy --jsonl` (or its spill files); "
+            ".jsonl.gz works too.",
+            exists=True,
+            dir_okay=False,
+            readable=True,
+        ),
+    ],
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
 ) -> None:
     """Load usage records idempotently: records whose event id is already stored are

@@ -64,9 +64,14 @@ def load_prompts(path: Path | None = None) -> list[Prompt]:
     for line in text.splitlines():
         if line.strip():
             item = json.loads(line)
-            prompts.append(Prompt(id=str(item["id"]), kind=str(item.get("kind", "open")),
-                                  messages=tuple(item["messages"]),
-                                  max_tokens=int(item.get("max_tokens", 128))))
+            prompts.append(
+                Prompt(
+                    id=str(item["id"]),
+                    kind=str(item.get("kind", "open")),
+                    messages=tuple(item["messages"]),
+                    max_tokens=int(item.get("max_tokens", 128)),
+                )
+            )
     if not prompts:
         raise ValueError("the prompt set is empty")
     return prompts
@@ -126,11 +131,23 @@ def _observe(result: RequestResult, obj: dict[str, Any], now: float) -> None:
         result.spec_steps = int(spec.get("num_spec_steps") or 0)
 
 
-async def _send(client: httpx.AsyncClient, result: RequestResult, *, url: str, model: str,
-                prompt: Prompt, headers: dict[str, str]) -> None:
-    body = {"model": model, "messages": list(prompt.messages), "max_tokens": prompt.max_tokens,
-            "temperature": 0.0, "stream": True,
-            "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
+async def _send(
+    client: httpx.AsyncClient,
+    result: RequestResult,
+    *,
+    url: str,
+    model: str,
+    prompt: Prompt,
+    headers: dict[str, str],
+) -> None:
+    body = {
+        "model": model,
+        "messages": list(prompt.messages),
+        "max_tokens": prompt.max_tokens,
+        "temperature": 0.0,
+        "stream": True,
+        "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+    }
     try:
         async with client.stream("POST", url, json=body, headers=headers) as response:
             if response.status_code != 200:
@@ -199,15 +216,23 @@ async def run_level(
 
     async def session(number: int) -> None:
         nonlocal counter, finished
-        headers = {"X-Session-Id": f"{label}-c{concurrency}-s{number}",
-                   "X-Tags": f"sweep={label},concurrency={concurrency}"}
+        headers = {
+            "X-Session-Id": f"{label}-c{concurrency}-s{number}",
+            "X-Tags": f"sweep={label},concurrency={concurrency}",
+        }
         while not done.is_set():
             index, counter = counter, counter + 1
-            phase = (Phase.warmup if index < warmup else
-                     Phase.measured if index < warmup + measured else Phase.filler)
+            phase = (
+                Phase.warmup
+                if index < warmup
+                else Phase.measured
+                if index < warmup + measured
+                else Phase.filler
+            )
             prompt = prompts[index % len(prompts)]
-            result = RequestResult(phase=phase, session=number, prompt_id=prompt.id,
-                                   start=time.perf_counter())
+            result = RequestResult(
+                phase=phase, session=number, prompt_id=prompt.id, start=time.perf_counter()
+            )
             results.append(result)
             await _send(client, result, url=url, model=model, prompt=prompt, headers=headers)
             if phase is Phase.measured:
@@ -275,16 +300,21 @@ def summarize_level(run: LevelRun, *, gpus: int = 1) -> LevelStats:
     ok = [r for r in measured if r.ok and r.output_tokens > 0]
     if not ok:
         errors = sorted({r.error or "no tokens" for r in measured})
-        raise LoadError(f"no measured request succeeded at concurrency {run.concurrency}: "
-                        f"{'; '.join(errors)[:500]}")
+        raise LoadError(
+            f"no measured request succeeded at concurrency {run.concurrency}: "
+            f"{'; '.join(errors)[:500]}"
+        )
     start = min(r.start for r in measured)
     end = max(r.end for r in measured if r.end is not None)
     window = end - start
     tokens = sum(r.tokens_until(end) - r.tokens_until(start) for r in run.results)
     completed = sum(1 for r in run.results if r.ok and r.end is not None and start < r.end <= end)
     ttft = [r.first_token - r.start for r in ok if r.first_token is not None]
-    tpot = [(r.end - r.first_token) / (r.output_tokens - 1) for r in ok
-            if r.end is not None and r.first_token is not None and r.output_tokens > 1]
+    tpot = [
+        (r.end - r.first_token) / (r.output_tokens - 1)
+        for r in ok
+        if r.end is not None and r.first_token is not None and r.output_tokens > 1
+    ]
     spec = [r for r in ok if r.has_spec_metrics]
     drafted = sum(r.draft_tokens for r in spec)
     accepted = sum(r.accepted_tokens for r in spec)

@@ -247,9 +247,7 @@ class SseSplitter:
 def event_data(event: bytes) -> bytes | None:
     """The ``data:`` field of one event (several data lines joined by a newline), or None."""
     lines = [
-        line[5:].removeprefix(b" ")
-        for line in event.splitlines()
-        if line.startswith(b"data:")
+        line[5:].removeprefix(b" ") for line in event.splitlines() if line.startswith(b"data:")
     ]
     return b"\n".join(lines) if lines else None
 
@@ -267,9 +265,7 @@ class ParsedEvent:
     def usage_only(self) -> bool:
         """The last chunk of an ``include_usage`` stream: usage and no choices."""
         return (
-            self.payload is not None
-            and "usage" in self.payload
-            and not self.payload.get("choices")
+            self.payload is not None and "usage" in self.payload and not self.payload.get("choices")
         )
 
 
@@ -291,8 +287,10 @@ def without_usage(event: ParsedEvent) -> bytes:
     """The event re-encoded with its ``usage`` member removed (vLLM's compact JSON form)."""
     assert event.payload is not None
     payload = {key: value for key, value in event.payload.items() if key != "usage"}
-    return b"data: " + json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode() + (
-        b"\n\n"
+    return (
+        b"data: "
+        + json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode()
+        + (b"\n\n")
     )
 
 
@@ -310,8 +308,10 @@ def _choice_tokens(choice: Any) -> int:
         return len(token_ids)
     delta = choice.get("delta")
     if isinstance(delta, Mapping):
-        has_output = any(delta.get(key) for key in ("content", "reasoning", "reasoning_content",
-                                                     "tool_calls", "function_call"))
+        has_output = any(
+            delta.get(key)
+            for key in ("content", "reasoning", "reasoning_content", "tool_calls", "function_call")
+        )
         return 1 if has_output else 0
     return 1 if choice.get("text") else 0
 
@@ -468,8 +468,11 @@ def make_attribution(
     Raises:
         ValueError: If a value is longer than :data:`SESSION_ID_MAX` or the tags are malformed.
     """
-    for header, value in (("X-Session-Id", session_id), ("X-Team", team),
-                          ("X-Cost-Center", cost_center)):
+    for header, value in (
+        ("X-Session-Id", session_id),
+        ("X-Team", team),
+        ("X-Cost-Center", cost_center),
+    ):
         if value is not None and len(value.strip()) > SESSION_ID_MAX:
             raise ValueError(f"{header} is longer than {SESSION_ID_MAX} characters")
     given = (session_id or "").strip()
@@ -523,5 +526,3 @@ def parse_spec_decode_counters(text: str) -> dict[str, int]:
         if key is not None:
             totals[key] += value
     return {key: round(value) for key, value in totals.items()}
-
-

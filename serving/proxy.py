@@ -80,8 +80,11 @@ def _forward_headers(headers: Mapping[str, str]) -> dict[str, str]:
 
 
 def _response_headers(upstream: httpx.Response, request: InFlight) -> dict[str, str]:
-    headers = {k: v for k, v in upstream.headers.items()
-               if k.lower() not in _HOP_BY_HOP and k.lower() not in _OWN_HEADERS}
+    headers = {
+        k: v
+        for k, v in upstream.headers.items()
+        if k.lower() not in _HOP_BY_HOP and k.lower() not in _OWN_HEADERS
+    }
     headers[SESSION_HEADER] = request.attribution.session_id
     headers[EVENT_HEADER] = request.event_id
     return headers
@@ -121,8 +124,14 @@ def _outcome(tally: StreamTally) -> tuple[UsageStatus, str | None]:
     return UsageStatus.ok, None
 
 
-async def _relay(state: ProxyState, request: InFlight, upstream: httpx.Response, *,
-                 wants_usage: bool, wants_every: bool) -> AsyncIterator[bytes]:
+async def _relay(
+    state: ProxyState,
+    request: InFlight,
+    upstream: httpx.Response,
+    *,
+    wants_usage: bool,
+    wants_every: bool,
+) -> AsyncIterator[bytes]:
     """Pass a vLLM stream to the client event by event, metering the tokens each carries."""
     splitter = SseSplitter()
     tally = StreamTally()
@@ -156,17 +165,29 @@ async def _relay(state: ProxyState, request: InFlight, upstream: httpx.Response,
                 yield splitter.pending
         except httpx.HTTPError as exc:
             status, error = UsageStatus.error, f"upstream stream failed: {exc!r}"
-            yield b"data: " + json.dumps(_error_body(
-                "upstream_unavailable", f"the model server failed mid-stream: {exc}"
-            )).encode() + b"\n\ndata: [DONE]\n\n"
+            yield (
+                b"data: "
+                + json.dumps(
+                    _error_body(
+                        "upstream_unavailable", f"the model server failed mid-stream: {exc}"
+                    )
+                ).encode()
+                + b"\n\ndata: [DONE]\n\n"
+            )
         else:
             status, error = _outcome(tally)
     finally:
         with anyio.CancelScope(shield=True):
             await upstream.aclose()
-        state.finish(request, status=status, usage=tally.usage(), spec=tally.spec,
-                     meter_tokens=tally.final_tokens(), http_status=upstream.status_code,
-                     error=error)
+        state.finish(
+            request,
+            status=status,
+            usage=tally.usage(),
+            spec=tally.spec,
+            meter_tokens=tally.final_tokens(),
+            http_status=upstream.status_code,
+            error=error,
+        )
 
 
 async def _forward(state: ProxyState, http_request: Request, endpoint: Endpoint) -> Response:
@@ -175,9 +196,12 @@ async def _forward(state: ProxyState, http_request: Request, endpoint: Endpoint)
     headers = http_request.headers
     try:
         attribution = make_attribution(
-            session_id=headers.get(SESSION_HEADER), team=headers.get("X-Team"),
-            cost_center=headers.get("X-Cost-Center"), tags_header=headers.get("X-Tags"),
-            new_session_id=uuid.uuid4().hex)
+            session_id=headers.get(SESSION_HEADER),
+            team=headers.get("X-Team"),
+            cost_center=headers.get("X-Cost-Center"),
+            tags_header=headers.get("X-Tags"),
+            new_session_id=uuid.uuid4().hex,
+        )
     except ValueError as exc:
         state.metrics.rejected("invalid_attribution")
         return JSONResponse(_error_body("invalid_attribution", str(exc)), status_code=400)
@@ -191,12 +215,20 @@ async def _forward(state: ProxyState, http_request: Request, endpoint: Endpoint)
     replica = state.pick(model)
     if replica is None:
         state.metrics.rejected("model_not_found")
-        return JSONResponse(_error_body("model_not_found", f"no replica serves model {model!r}"),
-                            status_code=404, headers={SESSION_HEADER: attribution.session_id})
+        return JSONResponse(
+            _error_body("model_not_found", f"no replica serves model {model!r}"),
+            status_code=404,
+            headers={SESSION_HEADER: attribution.session_id},
+        )
     streamed = bool(body and body.get("stream"))
-    request = state.begin(replica, attribution=attribution, endpoint=endpoint,
-                          model=model or replica.spec.model or "", streamed=streamed,
-                          arrived_ns=arrived_ns)
+    request = state.begin(
+        replica,
+        attribution=attribution,
+        endpoint=endpoint,
+        model=model or replica.spec.model or "",
+        streamed=streamed,
+        arrived_ns=arrived_ns,
+    )
     wants_usage = wants_every = False
     content = raw
     if streamed and body is not None:
@@ -204,28 +236,40 @@ async def _forward(state: ProxyState, http_request: Request, endpoint: Endpoint)
         content = json.dumps(upstream_body).encode()
     path = "/v1/completions" if endpoint is Endpoint.completions else "/v1/chat/completions"
     upstream_request = state.client.build_request(
-        "POST", replica.spec.base_url + path, content=content,
-        headers=_forward_headers(headers))
+        "POST", replica.spec.base_url + path, content=content, headers=_forward_headers(headers)
+    )
     try:
         upstream = await state.client.send(upstream_request, stream=True)
     except httpx.HTTPError as exc:
         return _unavailable(state, request, exc)
     except BaseException:
-        state.finish(request, status=UsageStatus.cancelled, usage=TokenUsage(),
-                     spec=None, meter_tokens=0, http_status=None,
-                     error="the client disconnected before the model server answered")
+        state.finish(
+            request,
+            status=UsageStatus.cancelled,
+            usage=TokenUsage(),
+            spec=None,
+            meter_tokens=0,
+            http_status=None,
+            error="the client disconnected before the model server answered",
+        )
         raise
     response_headers = _response_headers(upstream, request)
-    if streamed and upstream.status_code == 200 and upstream.headers.get(
-            "content-type", "").startswith("text/event-stream"):
+    if (
+        streamed
+        and upstream.status_code == 200
+        and upstream.headers.get("content-type", "").startswith("text/event-stream")
+    ):
         return _MeteredStream(
             _relay(state, request, upstream, wants_usage=wants_usage, wants_every=wants_every),
-            status_code=200, headers=response_headers)
+            status_code=200,
+            headers=response_headers,
+        )
     return await _complete(state, request, upstream, response_headers)
 
 
-async def _complete(state: ProxyState, request: InFlight, upstream: httpx.Response,
-                    headers: dict[str, str]) -> Response:
+async def _complete(
+    state: ProxyState, request: InFlight, upstream: httpx.Response, headers: dict[str, str]
+) -> Response:
     """Read a whole response, meter it and hand it on unchanged."""
     try:
         try:
@@ -236,25 +280,35 @@ async def _complete(state: ProxyState, request: InFlight, upstream: httpx.Respon
     except httpx.HTTPError as exc:
         return _unavailable(state, request, exc)
     except BaseException:
-        state.finish(request, status=UsageStatus.cancelled, usage=TokenUsage(),
-                     spec=None, meter_tokens=0, http_status=None,
-                     error="the client disconnected before the response was complete")
+        state.finish(
+            request,
+            status=UsageStatus.cancelled,
+            usage=TokenUsage(),
+            spec=None,
+            meter_tokens=0,
+            http_status=None,
+            error="the client disconnected before the response was complete",
+        )
         raise
     try:
         parsed = parse_response(json.loads(payload))
     except ValueError:
-        parsed = ParsedResponse(usage=None, metrics=None, error=payload[:500].decode(
-            "utf-8", errors="replace") or None)
+        parsed = ParsedResponse(
+            usage=None, metrics=None, error=payload[:500].decode("utf-8", errors="replace") or None
+        )
     ok = upstream.status_code == 200
     metrics = parsed.metrics
     if ok and metrics is not None and metrics.time_to_first_token_ms is not None:
         request.first_token_ns = request.arrived_ns + int(metrics.time_to_first_token_ms * 1e6)
-    state.finish(request, status=UsageStatus.ok if ok else UsageStatus.error,
-                 usage=parsed.usage or TokenUsage(),
-                 spec=metrics.spec if metrics else None,
-                 meter_tokens=response_tokens(parsed) if ok else 0,
-                 http_status=upstream.status_code,
-                 error=None if ok else parsed.error or f"HTTP {upstream.status_code}")
+    state.finish(
+        request,
+        status=UsageStatus.ok if ok else UsageStatus.error,
+        usage=parsed.usage or TokenUsage(),
+        spec=metrics.spec if metrics else None,
+        meter_tokens=response_tokens(parsed) if ok else 0,
+        http_status=upstream.status_code,
+        error=None if ok else parsed.error or f"HTTP {upstream.status_code}",
+    )
     return Response(payload, status_code=upstream.status_code, headers=headers)
 
 
@@ -266,11 +320,20 @@ def _unavailable(state: ProxyState, request: InFlight, exc: httpx.HTTPError) -> 
     kind = "timed out" if isinstance(exc, httpx.TimeoutException) else "is unreachable"
     message = f"the model server {replica.spec.replica_name} {kind}: {exc!r}"
     log.warning("%s", message)
-    state.finish(request, status=UsageStatus.error, usage=TokenUsage(), spec=None,
-                 meter_tokens=0, http_status=503, error=message)
-    return JSONResponse(_error_body("upstream_unavailable", message), status_code=503,
-                        headers={SESSION_HEADER: request.attribution.session_id,
-                                 EVENT_HEADER: request.event_id})
+    state.finish(
+        request,
+        status=UsageStatus.error,
+        usage=TokenUsage(),
+        spec=None,
+        meter_tokens=0,
+        http_status=503,
+        error=message,
+    )
+    return JSONResponse(
+        _error_body("upstream_unavailable", message),
+        status_code=503,
+        headers={SESSION_HEADER: request.attribution.session_id, EVENT_HEADER: request.event_id},
+    )
 
 
 async def scrape_spec_decode_counters(
@@ -292,8 +355,9 @@ async def scrape_spec_decode_counters(
     return parse_spec_decode_counters(response.text)
 
 
-def create_proxy_app(config: ProxyConfig, *, transport: httpx.AsyncBaseTransport | None = None
-                     ) -> FastAPI:
+def create_proxy_app(
+    config: ProxyConfig, *, transport: httpx.AsyncBaseTransport | None = None
+) -> FastAPI:
     """Build the proxy app. Nothing happens until its lifespan starts.
 
     Args:
@@ -309,18 +373,22 @@ def create_proxy_app(config: ProxyConfig, *, transport: httpx.AsyncBaseTransport
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         engine = make_engine(config.database_url) if config.database_url else None
-        sink = UsageSink(engine=engine, jsonl_path=config.jsonl_path,
-                         spill_path=config.spill_path, batch_size=config.sink_batch_size,
-                         flush_interval_s=config.sink_flush_interval_s)
+        sink = UsageSink(
+            engine=engine,
+            jsonl_path=config.jsonl_path,
+            spill_path=config.spill_path,
+            batch_size=config.sink_batch_size,
+            flush_interval_s=config.sink_flush_interval_s,
+        )
         metrics.watch_sink(sink)
         sink.start()
         timeout = httpx.Timeout(config.read_timeout_s, connect=config.connect_timeout_s)
-        limits = httpx.Limits(max_connections=config.max_connections,
-                              max_keepalive_connections=config.max_connections)
+        limits = httpx.Limits(
+            max_connections=config.max_connections, max_keepalive_connections=config.max_connections
+        )
         clock = Clock()
         start_ns = clock.now_us_ns()
-        async with httpx.AsyncClient(timeout=timeout, limits=limits,
-                                     transport=transport) as client:
+        async with httpx.AsyncClient(timeout=timeout, limits=limits, transport=transport) as client:
             state = ProxyState(config=config, client=client, metrics=metrics, sink=sink,
                            clock=clock, replicas=[
                                ReplicaState(spec=spec, meter=ReplicaMeter(gpus=spec.gpus,
@@ -388,8 +456,7 @@ async def _models(state: ProxyState, request: Request) -> Response:
 
     async def fetch(replica: ReplicaState) -> list[dict[str, Any]] | None:
         try:
-            response = await state.client.get(replica.spec.base_url + "/v1/models",
-                                              headers=headers)
+            response = await state.client.get(replica.spec.base_url + "/v1/models", headers=headers)
             response.raise_for_status()
             data = response.json().get("data")
             return data if isinstance(data, list) else []
@@ -398,8 +465,9 @@ async def _models(state: ProxyState, request: Request) -> Response:
 
     answers = await asyncio.gather(*(fetch(r) for r in state.replicas))
     if all(answer is None for answer in answers):
-        return JSONResponse(_error_body("upstream_unavailable", "no model server answered"),
-                            status_code=503)
+        return JSONResponse(
+            _error_body("upstream_unavailable", "no model server answered"), status_code=503
+        )
     seen: dict[str, dict[str, Any]] = {}
     for answer in answers:
         for item in answer or []:
@@ -417,13 +485,25 @@ async def _healthz(state: ProxyState) -> JSONResponse:
 
     results = await asyncio.gather(*(healthy(r) for r in state.replicas))
     replicas = [
-        {"url": r.spec.base_url, "deployment": r.spec.deployment,
-         "replica": r.spec.replica_name, "healthy": ok, "in_flight": r.in_flight}
+        {
+            "url": r.spec.base_url,
+            "deployment": r.spec.deployment,
+            "replica": r.spec.replica_name,
+            "healthy": ok,
+            "in_flight": r.in_flight,
+        }
         for r, ok in zip(state.replicas, results, strict=True)
     ]
     status = "ok" if all(results) else "degraded" if any(results) else "down"
     sink = state.sink.stats
-    body = {"status": status, "replicas": replicas,
-            "usage_sink": {"submitted": sink.submitted, "processed": sink.processed,
-                           "db_failures": sink.db_failures, "spilled": sink.spilled}}
+    body = {
+        "status": status,
+        "replicas": replicas,
+        "usage_sink": {
+            "submitted": sink.submitted,
+            "processed": sink.processed,
+            "db_failures": sink.db_failures,
+            "spilled": sink.spilled,
+        },
+    }
     return JSONResponse(body, status_code=200 if any(results) else 503)

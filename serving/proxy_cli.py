@@ -18,8 +18,14 @@ from serving.proxy import ProxyConfig, ReplicaSpec, create_proxy_app
 
 _err = Console(stderr=True)
 
-_REPLICA_KEYS = {"gpus": "gpus", "deployment": "deployment", "name": "name",
-                 "spec": "spec_method", "k": "spec_k", "model": "model"}
+_REPLICA_KEYS = {
+    "gpus": "gpus",
+    "deployment": "deployment",
+    "name": "name",
+    "spec": "spec_method",
+    "k": "spec_k",
+    "model": "model",
+}
 
 
 def parse_replica(text: str) -> ReplicaSpec:
@@ -36,7 +42,8 @@ def parse_replica(text: str) -> ReplicaSpec:
         key, sep, value = item.partition("=")
         if not sep or key not in _REPLICA_KEYS:
             raise typer.BadParameter(
-                f"{item!r} in {text!r}: expected one of {', '.join(_REPLICA_KEYS)} as key=value")
+                f"{item!r} in {text!r}: expected one of {', '.join(_REPLICA_KEYS)} as key=value"
+            )
         fields[_REPLICA_KEYS[key]] = value
     try:
         return ReplicaSpec.model_validate(fields)
@@ -45,31 +52,55 @@ def parse_replica(text: str) -> ReplicaSpec:
 
 
 def proxy(
-    replica: Annotated[list[str] | None, typer.Option(
-        "--replica", help="A vLLM server: URL[,gpus=N][,deployment=NAME][,name=REPLICA]"
-        "[,spec=METHOD][,k=K][,model=SERVED_NAME] (repeatable).")] = None,
-    engine: Annotated[list[str] | None, typer.Option(
-        "--engine", help="A deployment started with `engine start` (its saved config gives "
-        "URL, speculation and model; repeatable).")] = None,
-    engine_gpus: Annotated[int, typer.Option(
-        min=1, help="GPUs of each --engine replica.")] = 1,
+    replica: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--replica",
+            help="A vLLM server: URL[,gpus=N][,deployment=NAME][,name=REPLICA]"
+            "[,spec=METHOD][,k=K][,model=SERVED_NAME] (repeatable).",
+        ),
+    ] = None,
+    engine: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--engine",
+            help="A deployment started with `engine start` (its saved config gives "
+            "URL, speculation and model; repeatable).",
+        ),
+    ] = None,
+    engine_gpus: Annotated[int, typer.Option(min=1, help="GPUs of each --engine replica.")] = 1,
     port: Annotated[int, typer.Option(help="Port the proxy listens on.")] = 8080,
     host: Annotated[str, typer.Option(help="Interface to listen on.")] = "127.0.0.1",
-    jsonl: Annotated[Path | None, typer.Option(
-        "--jsonl", help="Also append every usage record to this JSONL file.")] = None,
-    no_db: Annotated[bool, typer.Option(
-        "--no-db", help="Write usage only to --jsonl, not to the database.")] = False,
-    read_timeout: Annotated[float, typer.Option(
-        help="Seconds to wait for a response or between two chunks of a stream.")] = 600.0,
-    idle_window: Annotated[float, typer.Option(
-        help="Seconds after which an idle replica's metering window is closed and its idle "
-        "time written.")] = 300.0,
-    speculate_up_to: Annotated[int | None, typer.Option(
-        min=1, help="Route by load: while at most N requests are in flight, send new ones to "
-        "the speculating replicas, above N to the plain (spec=none) ones. Set N to the fitted "
-        "breakeven concurrency. Default: the replica with the fewest in flight.")] = None,
-    engines_dir: Annotated[Path, typer.Option(
-        help="Folder of engine configs (for --engine).")] = DEFAULT_ENGINES_DIR,
+    jsonl: Annotated[
+        Path | None,
+        typer.Option("--jsonl", help="Also append every usage record to this JSONL file."),
+    ] = None,
+    no_db: Annotated[
+        bool, typer.Option("--no-db", help="Write usage only to --jsonl, not to the database.")
+    ] = False,
+    read_timeout: Annotated[
+        float,
+        typer.Option(help="Seconds to wait for a response or between two chunks of a stream."),
+    ] = 600.0,
+    idle_window: Annotated[
+        float,
+        typer.Option(
+            help="Seconds after which an idle replica's metering window is closed and its idle "
+            "time written."
+        ),
+    ] = 300.0,
+    speculate_up_to: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            help="Route by load: while at most N requests are in flight, send new ones to "
+            "the speculating replicas, above N to the plain (spec=none) ones. Set N to the fitted "
+            "breakeven concurrency. Default: the replica with the fewest in flight.",
+        ),
+    ] = None,
+    engines_dir: Annotated[
+        Path, typer.Option(help="Folder of engine configs (for --engine).")
+    ] = DEFAULT_ENGINES_DIR,
     log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "info",
 ) -> None:
     """Serve an OpenAI-compatible API that forwards to vLLM and meters every request.
@@ -102,18 +133,30 @@ def proxy(
             pass  # the schema is current (SQLite is migrated on first use)
     try:
         config = ProxyConfig(
-            replicas=tuple(replicas), database_url=database_url, jsonl_path=jsonl,
-            spill_path=settings.data_dir / "usage-spill.jsonl", read_timeout_s=read_timeout,
-            idle_window_s=idle_window, speculate_up_to=speculate_up_to)
+            replicas=tuple(replicas),
+            database_url=database_url,
+            jsonl_path=jsonl,
+            spill_path=settings.data_dir / "usage-spill.jsonl",
+            read_timeout_s=read_timeout,
+            idle_window_s=idle_window,
+            speculate_up_to=speculate_up_to,
+        )
     except ValidationError as exc:
         raise typer.BadParameter(str(exc.errors()[0]["msg"])) from None
     for spec in replicas:
-        _err.print(f"replica {spec.replica_name} ({spec.deployment}, {spec.spec_method}"
-                   f"{f' k={spec.spec_k}' if spec.spec_k else ''}, {spec.gpus} GPU) "
-                   f"at {spec.base_url}")
+        _err.print(
+            f"replica {spec.replica_name} ({spec.deployment}, {spec.spec_method}"
+            f"{f' k={spec.spec_k}' if spec.spec_k else ''}, {spec.gpus} GPU) "
+            f"at {spec.base_url}"
+        )
     logging.basicConfig(level=log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
-    uvicorn.run(create_proxy_app(config), host=host, port=port, log_level=log_level,
-                timeout_graceful_shutdown=30)
+    uvicorn.run(
+        create_proxy_app(config),
+        host=host,
+        port=port,
+        log_level=log_level,
+        timeout_graceful_shutdown=30,
+    )
 
 
 def register(app: typer.Typer) -> None:

@@ -41,17 +41,23 @@ class ReplicaSpec(BaseModel):
         return self.name or httpx.URL(self.base_url).netloc.decode()
 
     @classmethod
-    def from_engine(cls, config: EngineConfig, *, gpus: int = 1, deployment: str | None = None
-                    ) -> ReplicaSpec:
+    def from_engine(
+        cls, config: EngineConfig, *, gpus: int = 1, deployment: str | None = None
+    ) -> ReplicaSpec:
         """The replica started from a launcher config (its URL, speculation and model)."""
         spec = config.speculation
         if isinstance(spec, OtherSpeculation):
             method, k = spec.vllm_method, spec.options.get("num_speculative_tokens")
         else:
             method, k = spec.method, getattr(spec, "k", None)
-        return cls(url=config.base_url, deployment=deployment or config.name, gpus=gpus,
-                   spec_method=method, spec_k=k if isinstance(k, int) else None,
-                   model=config.model_name)
+        return cls(
+            url=config.base_url,
+            deployment=deployment or config.name,
+            gpus=gpus,
+            spec_method=method,
+            spec_k=k if isinstance(k, int) else None,
+            model=config.model_name,
+        )
 
 
 class ProxyConfig(BaseModel):
@@ -86,6 +92,8 @@ class ProxyConfig(BaseModel):
         if self.speculate_up_to is not None:
             kinds = {replica.spec_method != "none" for replica in self.replicas}
             if kinds != {True, False}:
-                raise ValueError("speculate_up_to (routing by load) needs at least one "
-                                 "speculating and one plain (spec=none) replica")
+                raise ValueError(
+                    "speculate_up_to (routing by load) needs at least one "
+                    "speculating and one plain (spec=none) replica"
+                )
         return self

@@ -23,23 +23,42 @@ class ProxyMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         self._requests = Counter(
-            "specledger_proxy_requests", "Requests metered, by outcome.",
-            ["deployment", "endpoint", "status"], registry=self.registry)
+            "specledger_proxy_requests",
+            "Requests metered, by outcome.",
+            ["deployment", "endpoint", "status"],
+            registry=self.registry,
+        )
         self._rejected = Counter(
-            "specledger_proxy_rejected_requests", "Requests refused before reaching a replica.",
-            ["code"], registry=self.registry)
+            "specledger_proxy_rejected_requests",
+            "Requests refused before reaching a replica.",
+            ["code"],
+            registry=self.registry,
+        )
         self._tokens = Counter(
-            "specledger_proxy_tokens", "Tokens of metered requests.",
-            ["deployment", "kind"], registry=self.registry)
+            "specledger_proxy_tokens",
+            "Tokens of metered requests.",
+            ["deployment", "kind"],
+            registry=self.registry,
+        )
         self._gpu_seconds = Counter(
-            "specledger_proxy_gpu_seconds", "GPU-seconds allocated to requests or left idle.",
-            ["deployment", "replica", "kind"], registry=self.registry)
+            "specledger_proxy_gpu_seconds",
+            "GPU-seconds allocated to requests or left idle.",
+            ["deployment", "replica", "kind"],
+            registry=self.registry,
+        )
         self._in_flight = Gauge(
-            "specledger_proxy_in_flight", "Requests in flight per replica.",
-            ["deployment", "replica"], registry=self.registry)
+            "specledger_proxy_in_flight",
+            "Requests in flight per replica.",
+            ["deployment", "replica"],
+            registry=self.registry,
+        )
         self._duration = Histogram(
-            "specledger_proxy_request_duration_seconds", "Arrival to last byte.",
-            ["deployment", "endpoint"], buckets=_LATENCY_BUCKETS, registry=self.registry)
+            "specledger_proxy_request_duration_seconds",
+            "Arrival to last byte.",
+            ["deployment", "endpoint"],
+            buckets=_LATENCY_BUCKETS,
+            registry=self.registry,
+        )
         self._sink = Gauge(
             "specledger_usage_sink_records", "Usage sink record counts.", ["state"],
             registry=self.registry)  # fmt: skip
@@ -50,9 +69,13 @@ class ProxyMetrics:
     def finished(self, event: UsageEvent, *, duration_s: float) -> None:
         self._requests.labels(event.deployment, event.endpoint, str(event.status)).inc()
         self._duration.labels(event.deployment, event.endpoint).observe(duration_s)
-        for kind, value in (("prompt", event.prompt_tokens), ("cached", event.cached_tokens),
-                            ("completion", event.completion_tokens),
-                            ("draft", event.draft_tokens), ("accepted", event.accepted_tokens)):
+        for kind, value in (
+            ("prompt", event.prompt_tokens),
+            ("cached", event.cached_tokens),
+            ("completion", event.completion_tokens),
+            ("draft", event.draft_tokens),
+            ("accepted", event.accepted_tokens),
+        ):
             if value:
                 self._tokens.labels(event.deployment, kind).inc(value)
 
@@ -66,8 +89,10 @@ class ProxyMetrics:
         """Report the sink's counts at each scrape."""
         stats = sink.stats
         for state, read in (
-            ("submitted", lambda: stats.submitted), ("inserted", lambda: stats.inserted),
-            ("duplicates", lambda: stats.duplicates), ("spilled", lambda: stats.spilled),
+            ("submitted", lambda: stats.submitted),
+            ("inserted", lambda: stats.inserted),
+            ("duplicates", lambda: stats.duplicates),
+            ("spilled", lambda: stats.spilled),
             ("pending", lambda: stats.submitted - stats.processed),
             ("db_failures", lambda: stats.db_failures),
         ):

@@ -102,33 +102,60 @@ class ProxyState:
         """The replica with the fewest requests in flight, preferring ones not marked down;
         with routing by load, among the speculating or the plain replicas as the load says."""
         candidates = [r for r in self.replicas if r.spec.model in (None, model)] or (
-            self.replicas if model is None else [])
+            self.replicas if model is None else []
+        )
         if not candidates:
             return None
         now = self.clock.now_ns()
         threshold = self.config.speculate_up_to
         if threshold is not None:
             speculate = sum(r.in_flight for r in candidates) + 1 <= threshold
-            candidates = [r for r in candidates if (r.spec.spec_method != "none") == speculate
-                          and r.down_until_ns <= now] or candidates
+            candidates = [
+                r
+                for r in candidates
+                if (r.spec.spec_method != "none") == speculate and r.down_until_ns <= now
+            ] or candidates
         return min(candidates, key=lambda r: (r.down_until_ns > now, r.in_flight))
 
-    def begin(self, replica: ReplicaState, *, attribution: Attribution, endpoint: Endpoint,
-              model: str, streamed: bool, arrived_ns: int) -> InFlight:
+    def begin(
+        self,
+        replica: ReplicaState,
+        *,
+        attribution: Attribution,
+        endpoint: Endpoint,
+        model: str,
+        streamed: bool,
+        arrived_ns: int,
+    ) -> InFlight:
         """Start metering a request sent to ``replica`` (it arrived at ``arrived_ns``)."""
         event_id = uuid.uuid4().hex
         replica.meter.start(event_id, at_ns=arrived_ns)
         replica.in_flight += 1
-        request = InFlight(event_id=event_id, replica=replica, attribution=attribution,
-                           endpoint=endpoint, model=model[:MODEL_MAX], streamed=streamed,
-                           arrived_ns=arrived_ns, concurrency=replica.meter.in_flight)
+        request = InFlight(
+            event_id=event_id,
+            replica=replica,
+            attribution=attribution,
+            endpoint=endpoint,
+            model=model[:MODEL_MAX],
+            streamed=streamed,
+            arrived_ns=arrived_ns,
+            concurrency=replica.meter.in_flight,
+        )
         replica.live[event_id] = request
         self.metrics.in_flight(replica.spec, replica.in_flight)
         return request
 
-    def finish(self, request: InFlight, *, status: UsageStatus, usage: TokenUsage,
-               spec: SpecDecodeStats | None, meter_tokens: int, http_status: int | None,
-               error: str | None = None) -> None:
+    def finish(
+        self,
+        request: InFlight,
+        *,
+        status: UsageStatus,
+        usage: TokenUsage,
+        spec: SpecDecodeStats | None,
+        meter_tokens: int,
+        http_status: int | None,
+        error: str | None = None,
+    ) -> None:
         """Close a request on its meter and queue its record for settlement."""
         if request.done:
             return
@@ -149,7 +176,8 @@ class ProxyState:
             spec_method=replica.spec.spec_method,
             spec_k=replica.spec.spec_k,
             arrived_at=self.clock.at(request.arrived_ns),
-            first_token_at=None if request.first_token_ns is None
+            first_token_at=None
+            if request.first_token_ns is None
             else self.clock.at(min(request.first_token_ns, finished_ns)),
             finished_at=self.clock.at(finished_ns),
             prompt_tokens=usage.prompt_tokens,
@@ -199,9 +227,15 @@ class ProxyState:
     def close_window(self, replica: ReplicaState, *, reopen: bool) -> None:
         """Close the replica's meter: records of anything still open, and its idle time."""
         for request in list(replica.live.values()):  # only at shutdown
-            self.finish(request, status=UsageStatus.error, usage=TokenUsage(), spec=None,
-                        meter_tokens=0, http_status=None,
-                        error="the proxy shut down while the request was in flight")
+            self.finish(
+                request,
+                status=UsageStatus.error,
+                usage=TokenUsage(),
+                spec=None,
+                meter_tokens=0,
+                http_status=None,
+                error="the proxy shut down while the request was in flight",
+            )
         end_ns = max(self.clock.now_us_ns(), replica.window_start_ns)
         report = replica.meter.close(at_ns=end_ns)
         for event_id, gpu_ns in report.request_gpu_ns.items():

@@ -78,8 +78,9 @@ def target_for_engine(config: EngineConfig, name: str | None = None) -> SweepTar
     return SweepTarget(name=name, method=method, k=k, schedule=schedule, engine=config)
 
 
-def engine_for_method(method: str, *, base: EngineConfig, k: int,
-                      draft_model: Path | None) -> EngineConfig:
+def engine_for_method(
+    method: str, *, base: EngineConfig, k: int, draft_model: Path | None
+) -> EngineConfig:
     """``base`` with the speculation of ``none``, ``ngram`` or ``draft``.
 
     Raises:
@@ -91,14 +92,19 @@ def engine_for_method(method: str, *, base: EngineConfig, k: int,
         speculation = NgramSpeculation(k=k)
     elif method in ("draft", "draft_model"):
         if draft_model is None or not draft_model.exists():
-            raise SweepError(f"draft model {draft_model} not found; run "
-                             "`specledger models prepare --draft-layers 6` or pass --draft-model")
+            raise SweepError(
+                f"draft model {draft_model} not found; run "
+                "`specledger models prepare --draft-layers 6` or pass --draft-model"
+            )
         speculation = DraftModelSpeculation(draft_model=str(draft_model.resolve()), k=k)
     else:
-        raise SweepError(f"unknown --spec {method!r}; use none, ngram or draft (or "
-                         "--engine-config for other methods)")
-    return EngineConfig.model_validate({**base.model_dump(), "speculation":
-                                        speculation.model_dump(), "batch_size_schedule": None})
+        raise SweepError(
+            f"unknown --spec {method!r}; use none, ngram or draft (or "
+            "--engine-config for other methods)"
+        )
+    return EngineConfig.model_validate(
+        {**base.model_dump(), "speculation": speculation.model_dump(), "batch_size_schedule": None}
+    )
 
 
 def free_port() -> int:
@@ -121,8 +127,9 @@ def running_vllm_servers() -> list[int]:
     return sorted(pids)
 
 
-def _wait_http(url: str, *, timeout_s: float, process: subprocess.Popen[bytes], what: str,
-               log: Path) -> None:
+def _wait_http(
+    url: str, *, timeout_s: float, process: subprocess.Popen[bytes], what: str, log: Path
+) -> None:
     deadline = time.monotonic() + timeout_s
     with httpx.Client(timeout=2.0) as client:
         while True:
@@ -138,28 +145,40 @@ def _wait_http(url: str, *, timeout_s: float, process: subprocess.Popen[bytes], 
             time.sleep(0.25)
 
 
-def routed_target(speculating: EngineConfig, plain: EngineConfig, *,
-                  speculate_up_to: int) -> SweepTarget:
+def routed_target(
+    speculating: EngineConfig, plain: EngineConfig, *, speculate_up_to: int
+) -> SweepTarget:
     """A config that routes by load between a speculating and a plain engine."""
     base = target_for_engine(speculating)
-    return SweepTarget(name=f"routed-{base.name}-up-to-{speculate_up_to}", method=base.method,
-                       k=base.k, engine=speculating, plain_engine=plain,
-                       speculate_up_to=speculate_up_to,
-                       schedule=json.dumps({"speculate_up_to": speculate_up_to}))
+    return SweepTarget(
+        name=f"routed-{base.name}-up-to-{speculate_up_to}",
+        method=base.method,
+        k=base.k,
+        engine=speculating,
+        plain_engine=plain,
+        speculate_up_to=speculate_up_to,
+        schedule=json.dumps({"speculate_up_to": speculate_up_to}),
+    )
 
 
 def _replica_option(engine: EngineConfig, *, deployment: str, gpus: int) -> str:
     """The engine as a ``specledger proxy --replica`` value."""
     spec = ReplicaSpec.from_engine(engine, gpus=gpus, deployment=deployment)
-    return (f"{spec.base_url},gpus={spec.gpus},deployment={spec.deployment},"
-            f"spec={spec.spec_method},model={spec.model}"
-            + (f",k={spec.spec_k}" if spec.spec_k else ""))
+    return (
+        f"{spec.base_url},gpus={spec.gpus},deployment={spec.deployment},"
+        f"spec={spec.spec_method},model={spec.model}" + (f",k={spec.spec_k}" if spec.spec_k else "")
+    )
 
 
 @contextmanager
-def metering_proxy(engine: EngineConfig, *, work_dir: Path, gpus: int,
-                   plain: EngineConfig | None = None,
-                   speculate_up_to: int | None = None) -> Iterator[str]:
+def metering_proxy(
+    engine: EngineConfig,
+    *,
+    work_dir: Path,
+    gpus: int,
+    plain: EngineConfig | None = None,
+    speculate_up_to: int | None = None,
+) -> Iterator[str]:
     """Run ``specledger proxy`` in front of ``engine`` (and ``plain``, routed by load) until
     the block ends; yields its URL.
 
@@ -169,21 +188,34 @@ def metering_proxy(engine: EngineConfig, *, work_dir: Path, gpus: int,
     port = free_port()
     replicas = [engine] if plain is None else [engine, plain]
     log_path = work_dir / f"{engine.name}.proxy.log"
-    argv = [sys.executable, "-c", _PROXY_BOOT, "--port", str(port),
-            "--no-db", "--jsonl", str(work_dir / f"{engine.name}.usage.jsonl"),
-            "--log-level", "warning"]
+    argv = [
+        sys.executable,
+        "-c",
+        _PROXY_BOOT,
+        "--port",
+        str(port),
+        "--no-db",
+        "--jsonl",
+        str(work_dir / f"{engine.name}.usage.jsonl"),
+        "--log-level",
+        "warning",
+    ]
     for replica in replicas:
         argv += ["--replica", _replica_option(replica, deployment=engine.name, gpus=gpus)]
     if speculate_up_to is not None:
         argv += ["--speculate-up-to", str(speculate_up_to)]
     work_dir.mkdir(parents=True, exist_ok=True)
     with log_path.open("wb") as log:
-        process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log,
-                                   stderr=subprocess.STDOUT, env=dict(os.environ))
+        process = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=dict(os.environ),
+        )
     try:
         url = f"http://127.0.0.1:{port}"
-        _wait_http(f"{url}/healthz", timeout_s=60, process=process, what="the proxy",
-                   log=log_path)
+        _wait_http(f"{url}/healthz", timeout_s=60, process=process, what="the proxy", log=log_path)
         yield url
     finally:
         process.terminate()
@@ -203,11 +235,18 @@ async def _served_model(client: httpx.AsyncClient, base_url: str) -> str:
     return str(data[0]["id"])
 
 
-async def _run_levels(base_url: str, *, target: SweepTarget, levels: Sequence[int],
-                      requests_per_level: int, warmup: int | None, prompts: Sequence[Prompt],
-                      gpus: int, progress: Progress | None,
-                      own_pids: frozenset[int] | set[int] = frozenset()
-                      ) -> list[LevelStats]:
+async def _run_levels(
+    base_url: str,
+    *,
+    target: SweepTarget,
+    levels: Sequence[int],
+    requests_per_level: int,
+    warmup: int | None,
+    prompts: Sequence[Prompt],
+    gpus: int,
+    progress: Progress | None,
+    own_pids: frozenset[int] | set[int] = frozenset(),
+) -> list[LevelStats]:
     stats = []
     for level in levels:
         limits = httpx.Limits(max_connections=level + 4, max_keepalive_connections=level + 4)
@@ -220,10 +259,17 @@ async def _run_levels(base_url: str, *, target: SweepTarget, levels: Sequence[in
                     progress(f"{target.name} @ {level}", done, requests_per_level)
 
             report(0)
-            run = await run_level(client, base_url=base_url, model=model, prompts=prompts,
-                                  concurrency=level, measured=requests_per_level,
-                                  warmup=level if warmup is None else warmup,
-                                  label=target.name, on_measured=report)
+            run = await run_level(
+                client,
+                base_url=base_url,
+                model=model,
+                prompts=prompts,
+                concurrency=level,
+                measured=requests_per_level,
+                warmup=level if warmup is None else warmup,
+                label=target.name,
+                on_measured=report,
+            )
         others = [pid for pid in running_vllm_servers() if pid not in own_pids]
         stats.append(replace(summarize_level(run, gpus=gpus), other_servers=len(others)))
     return stats
@@ -239,7 +285,8 @@ def _wait_for_other_servers(wait_s: float, progress: Progress | None) -> None:
             raise SweepError(
                 f"another vLLM server is running (pid {', '.join(map(str, others))}); two "
                 "engines on one machine distort the measurement: stop it first, wait for it "
-                "(--wait-for-other-engines SECONDS), or pass --proxy URL to drive it")
+                "(--wait-for-other-engines SECONDS), or pass --proxy URL to drive it"
+            )
         if progress is not None:
             progress(f"waiting for vLLM pid {others[0]}", 0, 1)
         time.sleep(min(10.0, max(0.0, deadline - time.monotonic())))
@@ -288,30 +335,61 @@ def sweep_target(
     """
     levels = [level for _ in range(repeats) for level in levels]
     if target.url is not None:
-        return asyncio.run(_run_levels(target.url, target=target, levels=levels,
-                                       requests_per_level=requests_per_level, warmup=warmup,
-                                       prompts=prompts, gpus=gpus, progress=progress))
+        return asyncio.run(
+            _run_levels(
+                target.url,
+                target=target,
+                levels=levels,
+                requests_per_level=requests_per_level,
+                warmup=warmup,
+                prompts=prompts,
+                gpus=gpus,
+                progress=progress,
+            )
+        )
     if target.engine is None:
         raise SweepError(f"config {target.name!r} has neither an engine nor a URL")
     _wait_for_other_servers(wait_s, progress)
-    engines = [EngineConfig.model_validate({**config.model_dump(), "port": free_port(),
-                                            "name": f"sweep-{target.name}{suffix}"})
-               for config, suffix in ((target.engine, ""), (target.plain_engine, "-plain"))
-               if config is not None]
+    engines = [
+        EngineConfig.model_validate(
+            {**config.model_dump(), "port": free_port(), "name": f"sweep-{target.name}{suffix}"}
+        )
+        for config, suffix in ((target.engine, ""), (target.plain_engine, "-plain"))
+        if config is not None
+    ]
     handles: list[launcher.EngineHandle] = []
     try:
         for engine in engines:
             if progress is not None:
                 progress(f"{target.name}: starting vLLM", 0, 1)
-            handles.append(launcher.start(engine, work_dir / f"{engine.name}.engine.log",
-                                          timeout_s=start_timeout_s, state_dir=engines_dir))
-        with metering_proxy(engines[0], work_dir=work_dir, gpus=gpus,
-                            plain=engines[1] if len(engines) > 1 else None,
-                            speculate_up_to=target.speculate_up_to) as url:
-            return asyncio.run(_run_levels(url, target=target, levels=levels,
-                                           requests_per_level=requests_per_level, warmup=warmup,
-                                           prompts=prompts, gpus=gpus, progress=progress,
-                                           own_pids={handle.pid for handle in handles}))
+            handles.append(
+                launcher.start(
+                    engine,
+                    work_dir / f"{engine.name}.engine.log",
+                    timeout_s=start_timeout_s,
+                    state_dir=engines_dir,
+                )
+            )
+        with metering_proxy(
+            engines[0],
+            work_dir=work_dir,
+            gpus=gpus,
+            plain=engines[1] if len(engines) > 1 else None,
+            speculate_up_to=target.speculate_up_to,
+        ) as url:
+            return asyncio.run(
+                _run_levels(
+                    url,
+                    target=target,
+                    levels=levels,
+                    requests_per_level=requests_per_level,
+                    warmup=warmup,
+                    prompts=prompts,
+                    gpus=gpus,
+                    progress=progress,
+                    own_pids={handle.pid for handle in handles},
+                )
+            )
     finally:
         for handle in handles:
             launcher.stop(handle, state_dir=engines_dir)

@@ -287,8 +287,9 @@ class UsageSink:
             if exc.connection_invalidated:
                 self.stats.db_failures += 1
                 return False
-            log.error("usage sink: a batch was refused (%s); writing its records one by one",
-                      exc.orig)
+            log.error(
+                "usage sink: a batch was refused (%s); writing its records one by one", exc.orig
+            )
         refused = []
         for record in self._pending:
             try:
@@ -318,16 +319,25 @@ class UsageSink:
         records = self._pending if records is None else records
         count = len(records)
         if self._jsonl is not None:
-            log.error("usage sink: %d records not in the database; they are in %s "
-                      "(load with `specledger ingest usage`)", count, self.jsonl_path)
+            log.error(
+                "usage sink: %d records not in the database; they are in %s "
+                "(load with `specledger ingest usage`)",
+                count,
+                self.jsonl_path,
+            )
         else:
             path = self.spill_path or Path(
-                f"usage-spill-{datetime.now(UTC):%Y%m%dT%H%M%S%fZ}.jsonl")
+                f"usage-spill-{datetime.now(UTC):%Y%m%dT%H%M%S%fZ}.jsonl"
+            )
             path.parent.mkdir(parents=True, exist_ok=True)
             with path.open("a", encoding="utf-8") as stream:
                 write_jsonl(stream, records)
-            log.error("usage sink: %d records not in the database; written to %s "
-                      "(load with `specledger ingest usage`)", count, path)
+            log.error(
+                "usage sink: %d records not in the database; written to %s "
+                "(load with `specledger ingest usage`)",
+                count,
+                path,
+            )
         self.stats.spilled += count
         if records is self._pending:
             self._mark_processed(count)

@@ -31,16 +31,22 @@ def _postgres_url(worker: str) -> str:
     # One database per xdist worker, created on demand.
     parsed = make_url(url)
     name = f"{parsed.database}_{worker}"
-    admin = make_engine(parsed.set(database="postgres").render_as_string(hide_password=False),
-                        isolation_level="AUTOCOMMIT")
+    admin = make_engine(
+        parsed.set(database="postgres").render_as_string(hide_password=False),
+        isolation_level="AUTOCOMMIT",
+    )
     with admin.connect() as conn:
-        if not conn.execute(text("SELECT 1 FROM pg_database WHERE datname = :n"), {"n": name}).first():
+        if not conn.execute(
+            text("SELECT 1 FROM pg_database WHERE datname = :n"), {"n": name}
+        ).first():
             conn.execute(text(f'CREATE DATABASE "{name}"'))
     admin.dispose()
     return parsed.set(database=name).render_as_string(hide_password=False)
 
 
-@pytest.fixture(scope="session", params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+@pytest.fixture(
+    scope="session", params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)]
+)
 def db_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> str:
     if request.param == "sqlite":
         return f"sqlite+pysqlite:///{tmp_path_factory.mktemp('db') / 'specledger.db'}"
@@ -77,7 +83,9 @@ def engine(migrated_engine: Engine, db_url: str) -> Iterator[Engine]:
 
 
 @pytest.fixture
-def cli_env(engine: Engine, db_url: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[str]:
+def cli_env(
+    engine: Engine, db_url: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> Iterator[str]:
     """Point the CLI's settings at the test database."""
     from app.settings import get_settings
 

@@ -34,14 +34,30 @@ def test_every_command_has_help(path: list[str]) -> None:
 
 def test_synthetic_bill_is_conformant_and_labelled(cli_env: str, tmp_path: Path) -> None:
     out = tmp_path / "bill.parquet"
-    result = runner.invoke(app, ["billing", "synth", "--out", str(out), "--month", "2026-11",
-                                 "--tag", "specledger-deployment=demo", "--instance-type",
-                                 "p5.48xlarge", "--start", "2026-11-03T00:00:00",
-                                 "--end", "2026-11-03T05:00:00"])
+    result = runner.invoke(
+        app,
+        [
+            "billing",
+            "synth",
+            "--out",
+            str(out),
+            "--month",
+            "2026-11",
+            "--tag",
+            "specledger-deployment=demo",
+            "--instance-type",
+            "p5.48xlarge",
+            "--start",
+            "2026-11-03T00:00:00",
+            "--end",
+            "2026-11-03T05:00:00",
+        ],
+    )
     assert result.exit_code == 0, result.output
 
-    ingested = runner.invoke(app, ["ingest", "billing", str(out), "--json", "--focus-version",
-                                   "1.2"])
+    ingested = runner.invoke(
+        app, ["ingest", "billing", str(out), "--json", "--focus-version", "1.2"]
+    )
     assert ingested.exit_code == 0, ingested.output
     report = json.loads(ingested.stdout)
     assert report["rows"] == 5 + 1  # five instance-hours and one networking line
@@ -51,7 +67,20 @@ def test_synthetic_bill_is_conformant_and_labelled(cli_env: str, tmp_path: Path)
 
 
 def test_unknown_instance_type_is_a_clear_error(tmp_path: Path) -> None:
-    result = runner.invoke(app, ["billing", "synth", "--out", str(tmp_path / "x.csv"),
-                                 "--month", "2026-11", "--tag", "a=b", "--instance-type", "z9"])
+    result = runner.invoke(
+        app,
+        [
+            "billing",
+            "synth",
+            "--out",
+            str(tmp_path / "x.csv"),
+            "--month",
+            "2026-11",
+            "--tag",
+            "a=b",
+            "--instance-type",
+            "z9",
+        ],
+    )
     assert result.exit_code == 2
     assert "unknown --instance-type 'z9'" in result.stderr

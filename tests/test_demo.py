@@ -11,10 +11,13 @@ from tests.conftest import ROOT
 pytestmark = [pytest.mark.serving, pytest.mark.xdist_group("vllm")]
 
 
-@pytest.mark.skipif(not (ROOT / ".venv-vllm/bin/python").exists(),
-                    reason="the vLLM engine is not installed (make serving-env)")
-def test_demo_runs_end_to_end_with_its_sweep_without_serving(tmp_path: Path,
-                                               monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.skipif(
+    not (ROOT / ".venv-vllm/bin/python").exists(),
+    reason="the vLLM engine is not installed (make serving-env)",
+)
+def test_demo_runs_end_to_end_with_its_sweep_without_serving(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from app.settings import get_settings
 
     monkeypatch.chdir(ROOT)
@@ -39,4 +42,5 @@ def test_demo_runs_end_to_end_with_its_sweep_without_serving(tmp_path: Path,
     sweep_line = next(line for line in out.splitlines() if line.startswith("Sweep: "))
     assert "schedule [[1, " in sweep_line
     assert "speculation pays below" in sweep_line or "no breakeven in concurrency 1-32" in (
-        sweep_line)
+        sweep_line
+    )

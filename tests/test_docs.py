@@ -24,7 +24,7 @@ def test_the_readme_prototype_engine_config_is_valid() -> None:
     from serving.engine_config import EngineConfig
 
     readme = (ROOT / "README.md").read_text()
-    block = re.search(r"```json\n(.*?)```", readme[readme.index("prototype"):], re.S)
+    block = re.search(r"```json\n(.*?)```", readme[readme.index("prototype") :], re.S)
     assert block is not None
     config = EngineConfig.model_validate(json.loads(block.group(1)))
     argv = launcher.build_argv(config)

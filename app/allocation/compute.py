@@ -26,8 +26,8 @@ class EntryKind(StrEnum):
 
 class SharedPolicy(StrEnum):
     proportional = "proportional"  # by GPU-seconds of the requests in the row's charge period
-    even = "even"                  # evenly across the teams active in the row's charge period
-    team = "team"                  # all to one named team
+    even = "even"  # evenly across the teams active in the row's charge period
+    team = "team"  # all to one named team
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,8 +81,18 @@ class Entries:
     effective_micros: list[I64] = field(default_factory=list)
     billed_micros: list[I64] = field(default_factory=list)
 
-    def add(self, *, row_index: I64, usage_index: I64, kind: str, method: str, team: NDArray[np.object_],
-            gpu_ns: I64, effective: I64, billed: I64) -> None:
+    def add(
+        self,
+        *,
+        row_index: I64,
+        usage_index: I64,
+        kind: str,
+        method: str,
+        team: NDArray[np.object_],
+        gpu_ns: I64,
+        effective: I64,
+        billed: I64,
+    ) -> None:
         n = len(row_index)
         self.row_index.append(row_index)
         self.usage_index.append(usage_index)
@@ -97,16 +107,34 @@ class Entries:
     def concat(self) -> dict[str, np.ndarray]:
         if not self.row_index:
             empty_i = np.zeros(0, np.int64)
-            return {"row_index": empty_i, "usage_index": empty_i, "kind": np.zeros(0, object),
-                    "method": np.zeros(0, object), "team": np.zeros(0, object),
-                    "gpu_ns": empty_i, "effective_micros": empty_i, "billed_micros": empty_i}
-        return {name: np.concatenate(getattr(self, name)) for name in (
-            "row_index", "usage_index", "kind", "method", "team", "gpu_ns", "effective_micros",
-            "billed_micros")}
+            return {
+                "row_index": empty_i,
+                "usage_index": empty_i,
+                "kind": np.zeros(0, object),
+                "method": np.zeros(0, object),
+                "team": np.zeros(0, object),
+                "gpu_ns": empty_i,
+                "effective_micros": empty_i,
+                "billed_micros": empty_i,
+            }
+        return {
+            name: np.concatenate(getattr(self, name))
+            for name in (
+                "row_index",
+                "usage_index",
+                "kind",
+                "method",
+                "team",
+                "gpu_ns",
+                "effective_micros",
+                "billed_micros",
+            )
+        }
 
 
-def allocate(rows: BillingRows, usage: Usage, policies: dict[str, DeploymentPolicy], *,
-             share_idle: bool) -> dict[str, np.ndarray]:
+def allocate(
+    rows: BillingRows, usage: Usage, policies: dict[str, DeploymentPolicy], *, share_idle: bool
+) -> dict[str, np.ndarray]:
     """Allocate every row; see DESIGN.md "Allocation" for the rules.
 
     Returns parallel arrays (see :class:`Entries`), one element per ledger entry.
@@ -139,15 +167,29 @@ def allocate(rows: BillingRows, usage: Usage, policies: dict[str, DeploymentPoli
         pair_usage.append(found[keep])
         pair_weight.append(weight[keep])
 
-    _split_rows(entries, rows, basis_rows, pair_rows, pair_usage, pair_weight, idle_weight,
-                usage, share_idle=share_idle)
+    _split_rows(
+        entries,
+        rows,
+        basis_rows,
+        pair_rows,
+        pair_usage,
+        pair_weight,
+        idle_weight,
+        usage,
+        share_idle=share_idle,
+    )
     unmatched = np.array([i for i, d in enumerate(rows.deployment) if d is None], np.int64)
     if len(unmatched):
-        entries.add(row_index=unmatched, usage_index=np.full(len(unmatched), -1, np.int64),
-                    kind=EntryKind.unallocated, method="none",
-                    team=np.full(len(unmatched), None, object),
-                    gpu_ns=np.zeros(len(unmatched), np.int64),
-                    effective=rows.effective_micros[unmatched], billed=rows.billed_micros[unmatched])
+        entries.add(
+            row_index=unmatched,
+            usage_index=np.full(len(unmatched), -1, np.int64),
+            kind=EntryKind.unallocated,
+            method="none",
+            team=np.full(len(unmatched), None, object),
+            gpu_ns=np.zeros(len(unmatched), np.int64),
+            effective=rows.effective_micros[unmatched],
+            billed=rows.billed_micros[unmatched],
+        )
     return entries.concat()
 
 
@@ -156,9 +198,18 @@ def _capacity_ns(policy: DeploymentPolicy, replica: str | None, start: int, end:
     return gpus * (end - start)
 
 
-def _split_rows(entries: Entries, rows: BillingRows, basis_rows: list[int],
-                pair_rows: list[I64], pair_usage: list[I64], pair_weight: list[I64],
-                idle_weight: I64, usage: Usage, *, share_idle: bool) -> None:
+def _split_rows(
+    entries: Entries,
+    rows: BillingRows,
+    basis_rows: list[int],
+    pair_rows: list[I64],
+    pair_usage: list[I64],
+    pair_weight: list[I64],
+    idle_weight: I64,
+    usage: Usage,
+    *,
+    share_idle: bool,
+) -> None:
     """Split each basis row across its requests plus one idle slot, both cost bases."""
     if not basis_rows:
         return
@@ -181,20 +232,37 @@ def _split_rows(entries: Entries, rows: BillingRows, basis_rows: list[int],
 
     is_request = order < len(req_rows)
     position = order[is_request]
-    entries.add(row_index=req_rows[position], usage_index=req_usage[position],
-                kind=EntryKind.request,
-                method="gpu_seconds", team=np.asarray(usage.team, object)[req_usage[position]],
-                gpu_ns=req_weight[position], effective=effective[is_request],
-                billed=billed[is_request])
+    entries.add(
+        row_index=req_rows[position],
+        usage_index=req_usage[position],
+        kind=EntryKind.request,
+        method="gpu_seconds",
+        team=np.asarray(usage.team, object)[req_usage[position]],
+        gpu_ns=req_weight[position],
+        effective=effective[is_request],
+        billed=billed[is_request],
+    )
     idle_pos = order[~is_request] - len(req_rows)
-    entries.add(row_index=idle_rows[idle_pos], usage_index=np.full(len(idle_pos), -1, np.int64),
-                kind=EntryKind.idle, method="gpu_seconds",
-                team=np.full(len(idle_pos), None, object), gpu_ns=idle_weight[idle_rows[idle_pos]],
-                effective=effective[~is_request], billed=billed[~is_request])
+    entries.add(
+        row_index=idle_rows[idle_pos],
+        usage_index=np.full(len(idle_pos), -1, np.int64),
+        kind=EntryKind.idle,
+        method="gpu_seconds",
+        team=np.full(len(idle_pos), None, object),
+        gpu_ns=idle_weight[idle_rows[idle_pos]],
+        effective=effective[~is_request],
+        billed=billed[~is_request],
+    )
 
 
-def _allocate_shared_by_team(entries: Entries, r: int, rows: BillingRows, usage: Usage,
-                             index: "_UsageIndex", policy: DeploymentPolicy) -> None:
+def _allocate_shared_by_team(
+    entries: Entries,
+    r: int,
+    rows: BillingRows,
+    usage: Usage,
+    index: "_UsageIndex",
+    policy: DeploymentPolicy,
+) -> None:
     """Shared rows under the ``even`` or ``team`` policy: one entry per team."""
     teams: list[str | None]
     if policy.shared_policy is SharedPolicy.team and policy.shared_team:
@@ -207,11 +275,16 @@ def _allocate_shared_by_team(entries: Entries, r: int, rows: BillingRows, usage:
     groups = np.zeros(n, np.int64)
     effective = split_by_weight_arrays(rows.effective_micros[[r]], groups, weights)
     billed = split_by_weight_arrays(rows.billed_micros[[r]], groups, weights)
-    entries.add(row_index=np.full(n, r, np.int64), usage_index=np.full(n, -1, np.int64),
-                kind=EntryKind.shared if teams else EntryKind.idle,
-                method=str(policy.shared_policy),
-                team=np.array(teams or [None], object), gpu_ns=np.zeros(n, np.int64),
-                effective=effective, billed=billed)
+    entries.add(
+        row_index=np.full(n, r, np.int64),
+        usage_index=np.full(n, -1, np.int64),
+        kind=EntryKind.shared if teams else EntryKind.idle,
+        method=str(policy.shared_policy),
+        team=np.array(teams or [None], object),
+        gpu_ns=np.zeros(n, np.int64),
+        effective=effective,
+        billed=billed,
+    )
 
 
 class _UsageIndex:
@@ -234,8 +307,9 @@ class _UsageIndex:
         longest = int((self.usage.finished_ns[order] - arrived).max(initial=0))
         self.blocks[key] = (order, arrived, self.usage.finished_ns[order], longest)
 
-    def overlapping(self, deployment: str, replica: str | None, start: int,
-                    end: int) -> tuple[I64, I64]:
+    def overlapping(
+        self, deployment: str, replica: str | None, start: int, end: int
+    ) -> tuple[I64, I64]:
         """Requests overlapping ``[start, end)`` and their GPU-ns inside it (pro rata of
         their wall time, so a request spanning two charge hours is split between them)."""
         block = self.blocks.get((deployment, replica))

@@ -75,8 +75,11 @@ _GroupKey = tuple[Any, ...]
 
 def query_allocation(session: Session, query: AllocationQuery) -> AllocationResult:
     """Allocated cost per aggregate and step over the window (see the module docstring)."""
-    cost = (LedgerEntry.effective_cost_micros if query.cost_metric is CostMetric.effective
-            else LedgerEntry.billed_cost_micros)
+    cost = (
+        LedgerEntry.effective_cost_micros
+        if query.cost_metric is CostMetric.effective
+        else LedgerEntry.billed_cost_micros
+    )
     share = query.idle is IdlePolicy.share
     groups = _groups(session, query, cost, by_row=share)
     if share:
@@ -84,10 +87,15 @@ def query_allocation(session: Session, query: AllocationQuery) -> AllocationResu
     lines: dict[tuple[Any, ...], AllocationLine] = {}
     for key, (amount, idle, gpu_ns) in groups.items():
         charge_start, kind, currency, deployment, _row, *values = key
-        properties = {dim: _label(dim, kind, deployment, value)
-                      for dim, value in zip(query.aggregate, values, strict=True)}
-        start, end = ((query.window.start, query.window.end) if query.step is None
-                      else bucket_bounds(charge_start, query.step, query.window))
+        properties = {
+            dim: _label(dim, kind, deployment, value)
+            for dim, value in zip(query.aggregate, values, strict=True)
+        }
+        start, end = (
+            (query.window.start, query.window.end)
+            if query.step is None
+            else bucket_bounds(charge_start, query.step, query.window)
+        )
         line_key = (start, tuple(properties.values()), currency)
         line = lines.get(line_key)
         if line is None:
@@ -95,8 +103,10 @@ def query_allocation(session: Session, query: AllocationQuery) -> AllocationResu
         line.cost_micros += amount
         line.idle_micros += idle if kind != "idle" else amount
         line.gpu_ns += gpu_ns
-    ordered = sorted(lines.values(), key=lambda line: (line.start, tuple(
-        line.properties.values()), line.currency))
+    ordered = sorted(
+        lines.values(),
+        key=lambda line: (line.start, tuple(line.properties.values()), line.currency),
+    )
     totals: dict[str, int] = defaultdict(int)
     for line in ordered:
         totals[line.currency] += line.cost_micros
@@ -104,14 +114,17 @@ def query_allocation(session: Session, query: AllocationQuery) -> AllocationResu
 
 
 def _current_runs() -> Any:
-    return select(AllocationRun.id).where(AllocationRun.status == "current",
-                                          AllocationRun.month.is_not(None))
+    return select(AllocationRun.id).where(
+        AllocationRun.status == "current", AllocationRun.month.is_not(None)
+    )
 
 
 def _in_window(query: AllocationQuery) -> list[ColumnElement[bool]]:
-    return [LedgerEntry.run_id.in_(_current_runs()),
-            LedgerEntry.charge_period_start >= query.window.start,
-            LedgerEntry.charge_period_start < query.window.end]
+    return [
+        LedgerEntry.run_id.in_(_current_runs()),
+        LedgerEntry.charge_period_start >= query.window.start,
+        LedgerEntry.charge_period_start < query.window.end,
+    ]
 
 
 def _dimension(dimension: str) -> Any:
@@ -131,19 +144,25 @@ def _dimension(dimension: str) -> Any:
     return UsageRecord.tags[dimension[4:]].as_string()
 
 
-def _groups(session: Session, query: AllocationQuery, cost: Any, *,
-            by_row: bool) -> dict[_GroupKey, tuple[int, int, int]]:
+def _groups(
+    session: Session, query: AllocationQuery, cost: Any, *, by_row: bool
+) -> dict[_GroupKey, tuple[int, int, int]]:
     """Cost and GPU-ns per charge hour, kind, currency, deployment, (row) and dimensions."""
     dimensions = [_dimension(d) for d in query.aggregate]
-    columns: list[Any] = [LedgerEntry.charge_period_start, LedgerEntry.kind,
-                          LedgerEntry.currency, LedgerEntry.deployment,
-                          LedgerEntry.billing_row_id if by_row else None, *dimensions]
+    columns: list[Any] = [
+        LedgerEntry.charge_period_start,
+        LedgerEntry.kind,
+        LedgerEntry.currency,
+        LedgerEntry.deployment,
+        LedgerEntry.billing_row_id if by_row else None,
+        *dimensions,
+    ]
     grouped = [c for c in columns if c is not None]
     statement = select(*grouped, func.sum(cost), func.sum(LedgerEntry.gpu_ns)).where(
-        *_in_window(query))
+        *_in_window(query)
+    )
     if any(d in _USAGE_DIMENSIONS or d.startswith("tag:") for d in query.aggregate):
-        statement = statement.outerjoin(UsageRecord,
-                                        UsageRecord.event_id == LedgerEntry.event_id)
+        statement = statement.outerjoin(UsageRecord, UsageRecord.event_id == LedgerEntry.event_id)
     if query.team is not None:
         statement = statement.where(LedgerEntry.team == query.team)
     result: dict[_GroupKey, tuple[int, int, int]] = {}
@@ -159,26 +178,45 @@ def _groups(session: Session, query: AllocationQuery, cost: Any, *,
     return result
 
 
-def _share_idle(session: Session, query: AllocationQuery, cost: Any,
-                groups: dict[_GroupKey, tuple[int, int, int]]
-                ) -> dict[_GroupKey, tuple[int, int, int]]:
+def _share_idle(
+    session: Session,
+    query: AllocationQuery,
+    cost: Any,
+    groups: dict[_GroupKey, tuple[int, int, int]],
+) -> dict[_GroupKey, tuple[int, int, int]]:
     """Move each row's idle cost onto the row's request groups, by GPU-ns."""
-    idle_by_row: dict[int, int] = {int(row_id or 0): int(amount) for row_id, amount in session.execute(
-        select(LedgerEntry.billing_row_id, func.sum(cost))
-        .where(*_in_window(query), LedgerEntry.kind == "idle",
-               LedgerEntry.billing_row_id.is_not(None))
-        .group_by(LedgerEntry.billing_row_id))}
+    idle_by_row: dict[int, int] = {
+        int(row_id or 0): int(amount)
+        for row_id, amount in session.execute(
+            select(LedgerEntry.billing_row_id, func.sum(cost))
+            .where(
+                *_in_window(query),
+                LedgerEntry.kind == "idle",
+                LedgerEntry.billing_row_id.is_not(None),
+            )
+            .group_by(LedgerEntry.billing_row_id)
+        )
+    }
     if not idle_by_row:
         return groups
-    basis_by_row: dict[int, int] = {int(row_id or 0): int(gpu) for row_id, gpu in session.execute(
-        select(LedgerEntry.billing_row_id, func.sum(LedgerEntry.gpu_ns))
-        .where(*_in_window(query), LedgerEntry.kind == "request",
-               LedgerEntry.billing_row_id.is_not(None))
-        .group_by(LedgerEntry.billing_row_id))}
-    shared_rows = {row for row, basis in basis_by_row.items()
-                   if basis > 0 and row in idle_by_row}
-    out = {key: value for key, value in groups.items()
-           if not (key[1] == "idle" and key[4] in shared_rows)}
+    basis_by_row: dict[int, int] = {
+        int(row_id or 0): int(gpu)
+        for row_id, gpu in session.execute(
+            select(LedgerEntry.billing_row_id, func.sum(LedgerEntry.gpu_ns))
+            .where(
+                *_in_window(query),
+                LedgerEntry.kind == "request",
+                LedgerEntry.billing_row_id.is_not(None),
+            )
+            .group_by(LedgerEntry.billing_row_id)
+        )
+    }
+    shared_rows = {row for row, basis in basis_by_row.items() if basis > 0 and row in idle_by_row}
+    out = {
+        key: value
+        for key, value in groups.items()
+        if not (key[1] == "idle" and key[4] in shared_rows)
+    }
     members: dict[int, list[_GroupKey]] = defaultdict(list)
     for key in out:
         if key[1] == "request" and key[4] in shared_rows:
@@ -216,4 +254,3 @@ def _label(dimension: str, kind: str, deployment: str | None, value: Any) -> str
     if dimension in ("team", "deployment", "session") and value is not None:
         return str(value)
     return placeholder
-

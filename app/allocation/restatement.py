@@ -25,43 +25,55 @@ def billing_fingerprint(session: Session, month_start: object) -> str:
     """A hash of the current deliveries of a billing period (changes on re-delivery)."""
     deliveries = session.execute(
         select(BillingDelivery.source, BillingDelivery.fingerprint)
-        .where(BillingDelivery.billing_period_start == month_start,
-               BillingDelivery.superseded_at.is_(None))
-        .order_by(BillingDelivery.source)).all()
+        .where(
+            BillingDelivery.billing_period_start == month_start,
+            BillingDelivery.superseded_at.is_(None),
+        )
+        .order_by(BillingDelivery.source)
+    ).all()
     digest = hashlib.sha256()
     for source, fingerprint in deliveries:
         digest.update(f"{source}|{fingerprint};".encode())
     return digest.hexdigest()
 
 
-def restatement_adjustments(session: Session, *, run_id: int, month: str,
-                            tag_key: str) -> tuple[pa.Table, list[str]]:
+def restatement_adjustments(
+    session: Session, *, run_id: int, month: str, tag_key: str
+) -> tuple[pa.Table, list[str]]:
     """Adjusting entries for every closed month before ``month`` whose billing changed and
     whose first open month is ``month``."""
-    closed = session.scalars(select(LedgerClosure).where(LedgerClosure.month < month)
-                             .order_by(LedgerClosure.month)).all()
+    closed = session.scalars(
+        select(LedgerClosure).where(LedgerClosure.month < month).order_by(LedgerClosure.month)
+    ).all()
     closed_months = {c.month for c in closed}
     tables, adjusted = [], []
     for closure in closed:
         window = Window(*month_bounds(closure.month), closure.month)
         if _first_open_after(closure.month, closed_months) != month:
             continue
-        if billing_fingerprint(session, window.start) == closure.billing_fingerprint and \
-                not _has_adjustments(session, closure.month):
+        if billing_fingerprint(
+            session, window.start
+        ) == closure.billing_fingerprint and not _has_adjustments(session, closure.month):
             continue
-        share_idle = session.scalar(select(AllocationRun.share_idle)
-                                    .where(AllocationRun.id == closure.run_id))
+        share_idle = session.scalar(
+            select(AllocationRun.share_idle).where(AllocationRun.id == closure.run_id)
+        )
         target = _aggregate_computed(session, window, bool(share_idle), tag_key)
         booked = _booked_for(session, closure.month, exclude_month=month)
-        diff = {key: (target.get(key, (0, 0))[0] - booked.get(key, (0, 0))[0],
-                      target.get(key, (0, 0))[1] - booked.get(key, (0, 0))[1])
-                for key in set(target) | set(booked)}
+        diff = {
+            key: (
+                target.get(key, (0, 0))[0] - booked.get(key, (0, 0))[0],
+                target.get(key, (0, 0))[1] - booked.get(key, (0, 0))[1],
+            )
+            for key in set(target) | set(booked)
+        }
         diff = {k: v for k, v in diff.items() if v != (0, 0)}
         if diff:
             tables.append(_adjustment_table(run_id, month, closure.month, window, diff))
             adjusted.append(closure.month)
-    return (pa.concat_tables(tables) if tables else _adjustment_table(
-        run_id, month, month, None, {})), adjusted
+    return (
+        pa.concat_tables(tables) if tables else _adjustment_table(run_id, month, month, None, {})
+    ), adjusted
 
 
 def _first_open_after(month: str, closed: set[str]) -> str:
@@ -72,13 +84,18 @@ def _first_open_after(month: str, closed: set[str]) -> str:
 
 
 def _has_adjustments(session: Session, month: str) -> bool:
-    return bool(session.scalar(select(func.count()).select_from(LedgerEntry)
-                               .where(LedgerEntry.corrects_month == month,
-                                      LedgerEntry.kind == "adjustment")))
+    return bool(
+        session.scalar(
+            select(func.count())
+            .select_from(LedgerEntry)
+            .where(LedgerEntry.corrects_month == month, LedgerEntry.kind == "adjustment")
+        )
+    )
 
 
-def _aggregate_computed(session: Session, window: Window, share_idle: bool,
-                        tag_key: str) -> dict[Key, tuple[int, int]]:
+def _aggregate_computed(
+    session: Session, window: Window, share_idle: bool, tag_key: str
+) -> dict[Key, tuple[int, int]]:
     computed = compute_window(session, window, share_idle=share_idle, tag_key=tag_key)
     arrays = computed.arrays
     totals: dict[Key, list[int]] = defaultdict(lambda: [0, 0])
@@ -86,8 +103,13 @@ def _aggregate_computed(session: Session, window: Window, share_idle: bool,
         row = computed.rows[int(arrays["row_index"][i])]
         usage_index = int(arrays["usage_index"][i])
         session_id = computed.usage.session_id[usage_index] if usage_index >= 0 else None
-        key = (str(arrays["kind"][i]), computed.matched[int(arrays["row_index"][i])][0],
-               arrays["team"][i], session_id, row.currency)
+        key = (
+            str(arrays["kind"][i]),
+            computed.matched[int(arrays["row_index"][i])][0],
+            arrays["team"][i],
+            session_id,
+            row.currency,
+        )
         totals[key][0] += int(arrays["effective_micros"][i])
         totals[key][1] += int(arrays["billed_micros"][i])
     return {k: (v[0], v[1]) for k, v in totals.items()}
@@ -97,17 +119,33 @@ def _booked_for(session: Session, month: str, *, exclude_month: str) -> dict[Key
     """What the ledger already holds for a month: its own entries plus adjustments to it
     booked in other months (the month being allocated is re-run, so it is left out)."""
     own = (LedgerEntry.booked_month == month) & (LedgerEntry.kind != "adjustment")
-    later = ((LedgerEntry.corrects_month == month) & (LedgerEntry.kind == "adjustment")
-             & (LedgerEntry.booked_month != exclude_month))
+    later = (
+        (LedgerEntry.corrects_month == month)
+        & (LedgerEntry.kind == "adjustment")
+        & (LedgerEntry.booked_month != exclude_month)
+    )
     rows = session.execute(
-        select(LedgerEntry.kind, LedgerEntry.method, LedgerEntry.deployment, LedgerEntry.team,
-               LedgerEntry.session_id, LedgerEntry.currency,
-               func.sum(LedgerEntry.effective_cost_micros),
-               func.sum(LedgerEntry.billed_cost_micros))
+        select(
+            LedgerEntry.kind,
+            LedgerEntry.method,
+            LedgerEntry.deployment,
+            LedgerEntry.team,
+            LedgerEntry.session_id,
+            LedgerEntry.currency,
+            func.sum(LedgerEntry.effective_cost_micros),
+            func.sum(LedgerEntry.billed_cost_micros),
+        )
         .join(AllocationRun, AllocationRun.id == LedgerEntry.run_id)
         .where(AllocationRun.status == "current", own | later)
-        .group_by(LedgerEntry.kind, LedgerEntry.method, LedgerEntry.deployment,
-                  LedgerEntry.team, LedgerEntry.session_id, LedgerEntry.currency)).all()
+        .group_by(
+            LedgerEntry.kind,
+            LedgerEntry.method,
+            LedgerEntry.deployment,
+            LedgerEntry.team,
+            LedgerEntry.session_id,
+            LedgerEntry.currency,
+        )
+    ).all()
     totals: dict[Key, list[int]] = defaultdict(lambda: [0, 0])
     for entry_kind, method, deployment, team, session_id, currency, eff, billed in rows:
         # An adjustment keeps the kind it adjusts in its method: "restatement:<kind>".
@@ -117,27 +155,30 @@ def _booked_for(session: Session, month: str, *, exclude_month: str) -> dict[Key
     return {k: (v[0], v[1]) for k, v in totals.items()}
 
 
-def _adjustment_table(run_id: int, month: str, corrects: str, window: Window | None,
-                      diff: dict[Key, tuple[int, int]]) -> pa.Table:
+def _adjustment_table(
+    run_id: int, month: str, corrects: str, window: Window | None, diff: dict[Key, tuple[int, int]]
+) -> pa.Table:
     keys = sorted(diff, key=lambda k: tuple("" if x is None else str(x) for x in k))
     n = len(keys)
     text, stamp = pa.string(), pa.timestamp("us", tz="UTC")
-    return pa.table({
-        "run_id": pa.array([run_id] * n, pa.int64()),
-        "booked_month": pa.array([month] * n, text),
-        "corrects_month": pa.array([corrects] * n, text),
-        "kind": pa.array(["adjustment"] * n, text),
-        "method": pa.array([f"restatement:{k[0]}" for k in keys], text),
-        "billing_row_id": pa.nulls(n, pa.int64()),
-        "charge_period_start": pa.array([window.start if window else None] * n, stamp),
-        "charge_period_end": pa.array([window.end if window else None] * n, stamp),
-        "deployment": pa.array([k[1] for k in keys], text),
-        "replica": pa.nulls(n, text),
-        "event_id": pa.nulls(n, text),
-        "session_id": pa.array([k[3] for k in keys], text),
-        "team": pa.array([k[2] for k in keys], text),
-        "gpu_ns": pa.array([0] * n, pa.int64()),
-        "effective_cost_micros": pa.array([diff[k][0] for k in keys], pa.int64()),
-        "billed_cost_micros": pa.array([diff[k][1] for k in keys], pa.int64()),
-        "currency": pa.array([k[4] for k in keys], text),
-    })
+    return pa.table(
+        {
+            "run_id": pa.array([run_id] * n, pa.int64()),
+            "booked_month": pa.array([month] * n, text),
+            "corrects_month": pa.array([corrects] * n, text),
+            "kind": pa.array(["adjustment"] * n, text),
+            "method": pa.array([f"restatement:{k[0]}" for k in keys], text),
+            "billing_row_id": pa.nulls(n, pa.int64()),
+            "charge_period_start": pa.array([window.start if window else None] * n, stamp),
+            "charge_period_end": pa.array([window.end if window else None] * n, stamp),
+            "deployment": pa.array([k[1] for k in keys], text),
+            "replica": pa.nulls(n, text),
+            "event_id": pa.nulls(n, text),
+            "session_id": pa.array([k[3] for k in keys], text),
+            "team": pa.array([k[2] for k in keys], text),
+            "gpu_ns": pa.array([0] * n, pa.int64()),
+            "effective_cost_micros": pa.array([diff[k][0] for k in keys], pa.int64()),
+            "billed_cost_micros": pa.array([diff[k][1] for k in keys], pa.int64()),
+            "currency": pa.array([k[4] for k in keys], text),
+        }
+    )

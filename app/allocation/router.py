@@ -24,56 +24,99 @@ from app.schemas import WindowRead, money
 
 router = APIRouter(prefix="/allocation", tags=["allocation"])
 
-AggregateQuery = Annotated[str, Query(
-    description="Comma-separated dimensions: team, session, deployment, model, method, "
-    "cost_center or tag:KEY.", examples=["team", "team,deployment", "tag:app"],
-    max_length=400)]
+AggregateQuery = Annotated[
+    str,
+    Query(
+        description="Comma-separated dimensions: team, session, deployment, model, method, "
+        "cost_center or tag:KEY.",
+        examples=["team", "team,deployment", "tag:app"],
+        max_length=400,
+    ),
+]
 
 
-@router.get("", response_model=AllocationPage, responses={
-    **RESPONSES_READ, 200: {"content": {"text/csv": {}}}})
+@router.get(
+    "",
+    response_model=AllocationPage,
+    responses={**RESPONSES_READ, 200: {"content": {"text/csv": {}}}},
+)
 def get_allocation(
     session: SessionDep,
     principal: PrincipalDep,
     window: WindowDep,
     page: PageDep,
     aggregate: AggregateQuery = "team",
-    step: Annotated[Step | None, Query(description="Cut the window into hours, days or "
-                                       "months; omit for one bucket.")] = None,
-    cost_metric: Annotated[CostMetric, Query(description="effective (amortised) or billed "
-                                             "(cash).")] = CostMetric.effective,
-    idle: Annotated[IdlePolicy, Query(description="Keep idle GPU cost as its own line, or "
-                                      "share it to requests by GPU-seconds.")] = IdlePolicy.separate,
-    team: Annotated[str | None, Query(description="Only this team (admin keys; a team key "
-                                      "always sees only its own team).")] = None,
+    step: Annotated[
+        Step | None,
+        Query(description="Cut the window into hours, days or months; omit for one bucket."),
+    ] = None,
+    cost_metric: Annotated[
+        CostMetric, Query(description="effective (amortised) or billed (cash).")
+    ] = CostMetric.effective,
+    idle: Annotated[
+        IdlePolicy,
+        Query(
+            description="Keep idle GPU cost as its own line, or "
+            "share it to requests by GPU-seconds."
+        ),
+    ] = IdlePolicy.separate,
+    team: Annotated[
+        str | None,
+        Query(description="Only this team (admin keys; a team key always sees only its own team)."),
+    ] = None,
     format: Annotated[Format, Query(description="json or csv.")] = Format.json,
 ) -> Any:
     """Allocated cost per aggregate and step over a window, from the ledger."""
     dimensions = parse_dimensions(aggregate, "query.aggregate")
-    query = AllocationQuery(window=window, aggregate=dimensions, step=step,
-                            cost_metric=cost_metric, idle=idle,
-                            team=team_scope(principal, team))
+    query = AllocationQuery(
+        window=window,
+        aggregate=dimensions,
+        step=step,
+        cost_metric=cost_metric,
+        idle=idle,
+        team=team_scope(principal, team),
+    )
     result = query_allocation(session, query)
     items = page.slice(result.lines)
     if format is Format.csv:
         columns = ["start", "end", *dimensions, "currency", "cost", "idle_cost", "gpu_seconds"]
-        rows = [{"start": line.start.isoformat(), "end": line.end.isoformat(),
-                 **line.properties, "currency": line.currency,
-                 "cost": money(line.cost_micros), "idle_cost": money(line.idle_micros),
-                 "gpu_seconds": round(line.gpu_ns / 1e9, 6)} for line in items]
+        rows = [
+            {
+                "start": line.start.isoformat(),
+                "end": line.end.isoformat(),
+                **line.properties,
+                "currency": line.currency,
+                "cost": money(line.cost_micros),
+                "idle_cost": money(line.idle_micros),
+                "gpu_seconds": round(line.gpu_ns / 1e9, 6),
+            }
+            for line in items
+        ]
         return csv_download(columns, rows, filename="allocation.csv")
     return AllocationPage(
-        window=WindowRead.of(window), aggregate=list(dimensions), step=step,
-        cost_metric=cost_metric, idle=idle,
+        window=WindowRead.of(window),
+        aggregate=list(dimensions),
+        step=step,
+        cost_metric=cost_metric,
+        idle=idle,
         totals={currency: money(amount) for currency, amount in result.totals.items()},
-        items=[AllocationItem.of(line) for line in items], total=len(result.lines),
-        limit=page.limit, offset=page.offset, next_offset=page.next_offset(len(result.lines)))
+        items=[AllocationItem.of(line) for line in items],
+        total=len(result.lines),
+        limit=page.limit,
+        offset=page.offset,
+        next_offset=page.next_offset(len(result.lines)),
+    )
 
 
-@router.post("/runs", response_model=AllocationRunRead, status_code=201, responses={
-    **RESPONSES_READ, 409: {"model": ErrorBody, "description": "The month is closed."}})
-def create_run(body: AllocationRunCreate, engine: EngineDep, settings: SettingsDep,
-               _admin: AdminDep) -> AllocationRunRead:
+@router.post(
+    "/runs",
+    response_model=AllocationRunRead,
+    status_code=201,
+    responses={**RESPONSES_READ, 409: {"model": ErrorBody, "description": "The month is closed."}},
+)
+def create_run(
+    body: AllocationRunCreate, engine: EngineDep, settings: SettingsDep, _admin: AdminDep
+) -> AllocationRunRead:
     """Allocate a month (or an ad-hoc window) and replace its previous run (admin)."""
     if body.month:
         window = Window(*month_bounds(body.month), body.month)
@@ -82,15 +125,22 @@ def create_run(body: AllocationRunCreate, engine: EngineDep, settings: SettingsD
     else:  # the schema's validator already refuses this
         raise InvalidParameter("body", "give month, or start and end")
     try:
-        summary = service.run_allocation(engine, window, share_idle=body.share_idle,
-                                         tag_key=settings.billing_tag_key)
+        summary = service.run_allocation(
+            engine, window, share_idle=body.share_idle, tag_key=settings.billing_tag_key
+        )
     except service.MonthClosed as exc:
         raise ClosedMonth(str(exc)) from None
     return AllocationRunRead(
-        run_id=summary.run_id, month=window.month,
-        window=WindowRead(start=window.start, end=window.end), share_idle=summary.share_idle,
-        billing_rows=summary.rows, entries=summary.entries,
-        replaced_run_id=summary.replaced_run_id, adjusted_months=summary.adjusted_months,
-        effective_cost_by_kind={currency: {kind: money(v) for kind, v in kinds.items()}
-                                for currency, kinds in summary.totals.items()})
-
+        run_id=summary.run_id,
+        month=window.month,
+        window=WindowRead(start=window.start, end=window.end),
+        share_idle=summary.share_idle,
+        billing_rows=summary.rows,
+        entries=summary.entries,
+        replaced_run_id=summary.replaced_run_id,
+        adjusted_months=summary.adjusted_months,
+        effective_cost_by_kind={
+            currency: {kind: money(v) for kind, v in kinds.items()}
+            for currency, kinds in summary.totals.items()
+        },
+    )

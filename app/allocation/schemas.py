@@ -25,9 +25,15 @@ class AllocationItem(Schema):
 
     @classmethod
     def of(cls, line: AllocationLine) -> Self:
-        return cls(start=line.start, end=line.end, properties=line.properties,
-                   currency=line.currency, cost=money(line.cost_micros),
-                   idle_cost=money(line.idle_micros), gpu_seconds=round(line.gpu_ns / 1e9, 6))
+        return cls(
+            start=line.start,
+            end=line.end,
+            properties=line.properties,
+            currency=line.currency,
+            cost=money(line.cost_micros),
+            idle_cost=money(line.idle_micros),
+            gpu_seconds=round(line.gpu_ns / 1e9, 6),
+        )
 
 
 class AllocationPage(PageMeta):

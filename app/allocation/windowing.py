@@ -28,25 +28,27 @@ class Computed:
     arrays: dict[str, np.ndarray]
 
 
-def compute_window(session: Session, window: Window, *, share_idle: bool,
-                   tag_key: str) -> Computed:
+def compute_window(session: Session, window: Window, *, share_idle: bool, tag_key: str) -> Computed:
     """Allocate a window in memory (nothing written)."""
     rows, registry = _load(session, window)
     matched = _match(rows, registry, tag_key)
     usage = _usage_for(session, rows, matched, registry)
-    arrays = allocate(_billing_rows(rows, matched), usage.usage, registry.policies,
-                      share_idle=share_idle)
+    arrays = allocate(
+        _billing_rows(rows, matched), usage.usage, registry.policies, share_idle=share_idle
+    )
     return Computed(rows, matched, usage, arrays)
 
 
 def _load(session: Session, window: Window) -> tuple[list[RowRecord], Registry]:
-    rows = repository.billing_rows(session, start=window.start, end=window.end,
-                                   by_billing_period=window.month is not None)
+    rows = repository.billing_rows(
+        session, start=window.start, end=window.end, by_billing_period=window.month is not None
+    )
     return rows, repository.registry(session)
 
 
-def _match(rows: Sequence[RowRecord], registry: Registry,
-           tag_key: str) -> list[tuple[str | None, str | None]]:
+def _match(
+    rows: Sequence[RowRecord], registry: Registry, tag_key: str
+) -> list[tuple[str | None, str | None]]:
     """Each row's (deployment, replica): a registered ResourceId wins over the tag."""
     matched: list[tuple[str | None, str | None]] = []
     for row in rows:
@@ -58,8 +60,12 @@ def _match(rows: Sequence[RowRecord], registry: Registry,
     return matched
 
 
-def _usage_for(session: Session, rows: Sequence[RowRecord],
-               matched: Sequence[tuple[str | None, str | None]], registry: Registry) -> UsageTable:
+def _usage_for(
+    session: Session,
+    rows: Sequence[RowRecord],
+    matched: Sequence[tuple[str | None, str | None]],
+    registry: Registry,
+) -> UsageTable:
     names = sorted({d for d, _ in matched if d})
     if not names:
         return repository.usage_between(session, [], datetime.now(UTC), datetime.now(UTC))
@@ -68,8 +74,9 @@ def _usage_for(session: Session, rows: Sequence[RowRecord],
     return repository.usage_between(session, names, min(starts), max(ends))
 
 
-def _billing_rows(rows: Sequence[RowRecord],
-                  matched: Sequence[tuple[str | None, str | None]]) -> BillingRows:
+def _billing_rows(
+    rows: Sequence[RowRecord], matched: Sequence[tuple[str | None, str | None]]
+) -> BillingRows:
     return BillingRows(
         row_id=np.array([r.id for r in rows], np.int64),
         start_ns=repository.to_ns([r.charge_period_start for r in rows]),
@@ -78,6 +85,11 @@ def _billing_rows(rows: Sequence[RowRecord],
         billed_micros=np.array([r.billed_cost_micros for r in rows], np.int64),
         deployment=[d for d, _ in matched],
         replica=[p for _, p in matched],
-        is_compute=np.array([r.service_category == "Compute" or p is not None
-                             for r, (_, p) in zip(rows, matched, strict=True)], bool),
+        is_compute=np.array(
+            [
+                r.service_category == "Compute" or p is not None
+                for r, (_, p) in zip(rows, matched, strict=True)
+            ],
+            bool,
+        ),
     )

@@ -45,8 +45,14 @@ def hash_key(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()
 
 
-def create_key(session: Session, *, team: str | None, admin: bool, name: str | None = None,
-               now: datetime | None = None) -> CreatedKey:
+def create_key(
+    session: Session,
+    *,
+    team: str | None,
+    admin: bool,
+    name: str | None = None,
+    now: datetime | None = None,
+) -> CreatedKey:
     """Create a key with admin scope or one team's scope.
 
     Raises:
@@ -54,12 +60,19 @@ def create_key(session: Session, *, team: str | None, admin: bool, name: str | N
     """
     team = team.strip() if team else None
     if admin == (team is not None):
-        raise ApiKeyError("a key has either admin scope or one team's scope: give exactly one "
-                        "of --admin and --team")
+        raise ApiKeyError(
+            "a key has either admin scope or one team's scope: give exactly one "
+            "of --admin and --team"
+        )
     secret = KEY_MARK + secrets.token_urlsafe(32)
-    record = ApiKey(prefix=secret[:PREFIX_LENGTH], key_hash=hash_key(secret),
-                    name=name or ("admin" if admin else f"team {team}"), team=team,
-                    is_admin=admin, created_at=now or datetime.now(UTC))
+    record = ApiKey(
+        prefix=secret[:PREFIX_LENGTH],
+        key_hash=hash_key(secret),
+        name=name or ("admin" if admin else f"team {team}"),
+        team=team,
+        is_admin=admin,
+        created_at=now or datetime.now(UTC),
+    )
     session.add(record)
     session.flush()
     return CreatedKey(record, secret)
@@ -79,12 +92,17 @@ def revoke_key(session: Session, ident: str, *, now: datetime | None = None) -> 
         ApiKeyError: If no key, or more than one, matches.
     """
     query = select(ApiKey)
-    query = (query.where(ApiKey.id == int(ident)) if ident.isdigit()
-             else query.where(ApiKey.prefix == ident[:PREFIX_LENGTH]))
+    query = (
+        query.where(ApiKey.id == int(ident))
+        if ident.isdigit()
+        else query.where(ApiKey.prefix == ident[:PREFIX_LENGTH])
+    )
     matches = list(session.scalars(query))
     if len(matches) != 1:
-        raise ApiKeyError(f"{'no' if not matches else 'more than one'} key matches {ident!r}; "
-                        "give its id or prefix from `specledger keys list`")
+        raise ApiKeyError(
+            f"{'no' if not matches else 'more than one'} key matches {ident!r}; "
+            "give its id or prefix from `specledger keys list`"
+        )
     key = matches[0]
     if key.revoked_at is None:
         key.revoked_at = now or datetime.now(UTC)
@@ -97,8 +115,9 @@ def authenticate(session: Session, secret: str) -> Principal | None:
     if not secret.startswith(KEY_MARK) or len(secret) < PREFIX_LENGTH + 8:
         return None
     digest = hash_key(secret)
-    candidates = session.scalars(select(ApiKey).where(
-        ApiKey.prefix == secret[:PREFIX_LENGTH], ApiKey.revoked_at.is_(None)))
+    candidates = session.scalars(
+        select(ApiKey).where(ApiKey.prefix == secret[:PREFIX_LENGTH], ApiKey.revoked_at.is_(None))
+    )
     for key in candidates:
         if hmac.compare_digest(key.key_hash, digest):
             return Principal(key_id=key.id, name=key.name, team=key.team, is_admin=key.is_admin)

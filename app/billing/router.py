@@ -13,19 +13,29 @@ router = APIRouter(prefix="/billing", tags=["billing"])
 
 
 @router.post("/ingest", response_model=BillingIngestRead, responses=RESPONSES_READ)
-def post_billing_ingest(body: BillingIngestCreate, engine: EngineDep, settings: SettingsDep,
-                        _admin: AdminDep) -> BillingIngestRead:
+def post_billing_ingest(
+    body: BillingIngestCreate, engine: EngineDep, settings: SettingsDep, _admin: AdminDep
+) -> BillingIngestRead:
     """Load FOCUS billing idempotently; bad input writes nothing and names file, row and
     column (admin)."""
     options = IngestOptions(
-        normalise=NormaliseOptions(focus_version=body.focus_version,
-                                   allow_missing_columns=body.allow_missing_columns,
-                                   lenient=body.lenient),
-        source=body.source, force=body.force, s3_endpoint_url=settings.s3_endpoint_url)
+        normalise=NormaliseOptions(
+            focus_version=body.focus_version,
+            allow_missing_columns=body.allow_missing_columns,
+            lenient=body.lenient,
+        ),
+        source=body.source,
+        force=body.force,
+        s3_endpoint_url=settings.s3_endpoint_url,
+    )
     try:
         report = ingest_billing(engine, body.location, options)
     except IngestError as exc:
-        raise InvalidBillingInput(str(exc), fields=[
-            FieldError(field="body.location", message=str(problem))
-            for problem in exc.problems[:50]]) from None
+        raise InvalidBillingInput(
+            str(exc),
+            fields=[
+                FieldError(field="body.location", message=str(problem))
+                for problem in exc.problems[:50]
+            ],
+        ) from None
     return BillingIngestRead.model_validate(report.to_json())

@@ -8,8 +8,11 @@ from app.schemas import Schema
 
 
 class BillingIngestCreate(Schema):
-    location: str = Field(min_length=1, max_length=2048, examples=[
-        "/data/focus/2026-11.csv.gz", "s3://billing-bucket/exports/focus"])
+    location: str = Field(
+        min_length=1,
+        max_length=2048,
+        examples=["/data/focus/2026-11.csv.gz", "s3://billing-bucket/exports/focus"],
+    )
     """A FOCUS file (.csv, .csv.gz, .parquet) or folder on the server, or an S3 prefix of an
     AWS Data Export."""
     source: str | None = Field(None, min_length=1, max_length=256)

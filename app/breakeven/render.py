@@ -51,8 +51,10 @@ def _comparison_table(config: ConfigBreakeven) -> list[str]:
             needed = f"unreachable (would need {need.mean_acceptance_length:.2f} tokens/step)"
         else:
             needed = f"{need.draft_acceptance_rate:.3f}, alpha {need.alpha:.3f}"
-        lines.append(f"  {c.concurrency:>11g}  {c.measured_speedup:>7.3f}x  "
-                     f"{c.predicted_speedup:>8.3f}x  {needed}")
+        lines.append(
+            f"  {c.concurrency:>11g}  {c.measured_speedup:>7.3f}x  "
+            f"{c.predicted_speedup:>8.3f}x  {needed}"
+        )
     return lines
 
 
@@ -60,17 +62,24 @@ def _breakeven_lines(config: ConfigBreakeven, confidence: float, samples: int) -
     low, high = config.concurrency_low, config.concurrency_high
     if config.breakeven_concurrency is None:
         side = "above" if config.speedup_at_low > 1 else "below"
-        return [f"  Breakeven: no crossing in the measured range {low:g}-{high:g}: the modelled "
-                f"speedup stays {side} 1 ({config.speedup_at_low:.3f}x at {low:g}, "
-                f"{config.speedup_at_high:.3f}x at {high:g})"]
+        return [
+            f"  Breakeven: no crossing in the measured range {low:g}-{high:g}: the modelled "
+            f"speedup stays {side} 1 ({config.speedup_at_low:.3f}x at {low:g}, "
+            f"{config.speedup_at_high:.3f}x at {high:g})"
+        ]
     line = f"  Breakeven: {config.breakeven_concurrency:.2f} concurrent requests"
     if config.breakeven_ci is not None:
         lo, hi = config.breakeven_ci
-        line += (f" ({100 * confidence:.0f}% CI {_num(lo)}-{_num(hi)}, {samples} bootstrap "
-                 f"refits, {100 * config.bootstrap_crossing_share:.0f}% crossed)")
+        line += (
+            f" ({100 * confidence:.0f}% CI {_num(lo)}-{_num(hi)}, {samples} bootstrap "
+            f"refits, {100 * config.bootstrap_crossing_share:.0f}% crossed)"
+        )
     crossing = measured_crossing(config.comparisons)
-    measured = ("no measured crossing" if crossing is None
-                else f"measured crossing (interpolated) {crossing:.2f}")
+    measured = (
+        "no measured crossing"
+        if crossing is None
+        else f"measured crossing (interpolated) {crossing:.2f}"
+    )
     return [line, f"  {measured}"]
 
 
@@ -88,16 +97,23 @@ def _config_lines(fit: BreakevenFit, config: ConfigBreakeven) -> list[str]:
         lines.append("  Inflection (log-concurrency axis): none in the searched range")
     else:
         where = "inside" if config.inflection_in_range else "outside"
-        lines.append(f"  Inflection (log-concurrency axis): {config.inflection_concurrency:.2f} "
-                     f"({where} the measured range)")
+        lines.append(
+            f"  Inflection (log-concurrency axis): {config.inflection_concurrency:.2f} "
+            f"({where} the measured range)"
+        )
     schedule = json.dumps([list(band) for band in config.schedule])
     lines.append(f"  Schedule (vLLM num_speculative_tokens_per_batch_size): {schedule}")
     return lines
 
 
-def fit_report(fit: BreakevenFit, *, source: str, sweep_id: int | None,
-               scheduled_rows: Sequence[SweepRow] = (),
-               schedule_checks: Sequence[ScheduleCheck] = ()) -> str:
+def fit_report(
+    fit: BreakevenFit,
+    *,
+    source: str,
+    sweep_id: int | None,
+    scheduled_rows: Sequence[SweepRow] = (),
+    schedule_checks: Sequence[ScheduleCheck] = (),
+) -> str:
     """The human-readable report of a fit.
 
     Args:
@@ -111,8 +127,11 @@ def fit_report(fit: BreakevenFit, *, source: str, sweep_id: int | None,
         Multi-line text.
     """
     stored = f" (stored as sweep {sweep_id})" if sweep_id is not None else ""
-    lines = [f"Breakeven fit of {source}{stored}; baseline {fit.baseline_config!r}, primary "
-             f"config {fit.primary_config!r}", *_parameters(fit)]
+    lines = [
+        f"Breakeven fit of {source}{stored}; baseline {fit.baseline_config!r}, primary "
+        f"config {fit.primary_config!r}",
+        *_parameters(fit),
+    ]
     for config in fit.configs:
         lines += _config_lines(fit, config)
     for check in schedule_checks:
@@ -120,25 +139,36 @@ def fit_report(fit: BreakevenFit, *, source: str, sweep_id: int | None,
     checked = {check.config for check in schedule_checks}
     unchecked = [row for row in scheduled_rows if row.point.config not in checked]
     if unchecked:
-        lines += ["", "Rows measured with a dynamic schedule (no fixed configs to compare at "
-                  "their levels):"]
+        lines += [
+            "",
+            "Rows measured with a dynamic schedule (no fixed configs to compare at their levels):",
+        ]
         for row in unchecked:
             p = row.point
-            lines.append(f"  {p.config} at {p.concurrency}: {p.output_tokens_per_s:.1f} "
-                         f"tokens/s, schedule {row.schedule}")
+            lines.append(
+                f"  {p.config} at {p.concurrency}: {p.output_tokens_per_s:.1f} "
+                f"tokens/s, schedule {row.schedule}"
+            )
     return "\n".join(lines)
 
 
 def _schedule_check_lines(check: ScheduleCheck, fit: BreakevenFit) -> list[str]:
-    verdict = ("meets" if check.meets_target else "misses")
-    lines = ["", f"Schedule {check.config!r} against never ({fit.baseline_config}) and always "
-             f"({fit.primary_config}) speculating, output tokens/s (medians):",
-             "  concurrency  scheduled      never     always  vs better"]
+    verdict = "meets" if check.meets_target else "misses"
+    lines = [
+        "",
+        f"Schedule {check.config!r} against never ({fit.baseline_config}) and always "
+        f"({fit.primary_config}) speculating, output tokens/s (medians):",
+        "  concurrency  scheduled      never     always  vs better",
+    ]
     for level in check.levels:
         runs = f" ({level.runs} runs)" if level.runs > 1 else ""
-        lines.append(f"  {level.concurrency:>11}  {level.scheduled_tokens_per_s:>9.1f}  "
-                     f"{level.never_tokens_per_s:>9.1f}  {level.always_tokens_per_s:>9.1f}  "
-                     f"{level.ratio_to_best:>8.3f}{runs}")
-    lines.append(f"  {verdict} the target of {check.target:.0%} of the better fixed choice at "
-                 f"every level (worst {check.worst_ratio:.3f})")
+        lines.append(
+            f"  {level.concurrency:>11}  {level.scheduled_tokens_per_s:>9.1f}  "
+            f"{level.never_tokens_per_s:>9.1f}  {level.always_tokens_per_s:>9.1f}  "
+            f"{level.ratio_to_best:>8.3f}{runs}"
+        )
+    lines.append(
+        f"  {verdict} the target of {check.target:.0%} of the better fixed choice at "
+        f"every level (worst {check.worst_ratio:.3f})"
+    )
     return lines

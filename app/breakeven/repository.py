@@ -27,23 +27,37 @@ def add_sweep(
     fit: dict[str, Any] | None = None,
 ) -> Sweep:
     """Insert a sweep and its points; returns it flushed (with its id)."""
-    sweep = Sweep(name=name[:256], deployment=deployment, created_at=datetime.now(UTC),
-                  settings=settings, fit=fit)
+    sweep = Sweep(
+        name=name[:256],
+        deployment=deployment,
+        created_at=datetime.now(UTC),
+        settings=settings,
+        fit=fit,
+    )
     session.add(sweep)
     session.flush()
     for row in rows:
         p = row.point
         metrics: dict[str, Any] = {
-            key: value for key, value in row.metrics.items() if value is not None}
+            key: value for key, value in row.metrics.items() if value is not None
+        }
         metrics["acceptance_rate"] = _finite(p.acceptance_rate)
         metrics["mean_acceptance_length"] = _finite(p.mean_acceptance_length)
         if row.schedule:
             metrics["schedule"] = row.schedule
-        session.add(SweepPointRecord(
-            sweep_id=sweep.id, config=p.config[:128], method=p.method[:32], k=p.k,
-            concurrency=p.concurrency, output_tokens_per_s=p.output_tokens_per_s,
-            requests_per_s=row.requests_per_s, tpot_p50_s=_finite(p.tpot_p50_s),
-            metrics=metrics))
+        session.add(
+            SweepPointRecord(
+                sweep_id=sweep.id,
+                config=p.config[:128],
+                method=p.method[:32],
+                k=p.k,
+                concurrency=p.concurrency,
+                output_tokens_per_s=p.output_tokens_per_s,
+                requests_per_s=row.requests_per_s,
+                tpot_p50_s=_finite(p.tpot_p50_s),
+                metrics=metrics,
+            )
+        )
     session.flush()
     return sweep
 
@@ -77,8 +91,10 @@ def set_fit(session: Session, sweep: Sweep, fit: dict[str, Any] | None) -> None:
 def sweep_rows(session: Session, sweep_id: int) -> list[SweepRow]:
     """The stored points of a sweep, in insertion order, as sweep rows."""
     records = session.scalars(
-        select(SweepPointRecord).where(SweepPointRecord.sweep_id == sweep_id)
-        .order_by(SweepPointRecord.id))
+        select(SweepPointRecord)
+        .where(SweepPointRecord.sweep_id == sweep_id)
+        .order_by(SweepPointRecord.id)
+    )
     rows = []
     for record in records:
         metrics = dict(record.metrics or {})
@@ -86,11 +102,21 @@ def sweep_rows(session: Session, sweep_id: int) -> list[SweepRow]:
         length = metrics.pop("mean_acceptance_length", None)
         schedule = metrics.pop("schedule", None)
         point = SweepPoint(
-            config=record.config, method=record.method, k=record.k,
-            concurrency=record.concurrency, output_tokens_per_s=record.output_tokens_per_s,
+            config=record.config,
+            method=record.method,
+            k=record.k,
+            concurrency=record.concurrency,
+            output_tokens_per_s=record.output_tokens_per_s,
             tpot_p50_s=math.nan if record.tpot_p50_s is None else record.tpot_p50_s,
             acceptance_rate=math.nan if rate is None else float(rate),
-            mean_acceptance_length=math.nan if length is None else float(length))
-        rows.append(SweepRow(point=point, requests_per_s=record.requests_per_s,
-                             metrics=metrics, schedule=schedule))
+            mean_acceptance_length=math.nan if length is None else float(length),
+        )
+        rows.append(
+            SweepRow(
+                point=point,
+                requests_per_s=record.requests_per_s,
+                metrics=metrics,
+                schedule=schedule,
+            )
+        )
     return rows

@@ -62,8 +62,9 @@ def fit_rows(
         SweepFileError: On degenerate data (the domain's message, prefixed with the source).
     """
     try:
-        fit = fit_breakeven([row.point for row in rows], bootstrap_samples=bootstrap_samples,
-                            seed=seed)
+        fit = fit_breakeven(
+            [row.point for row in rows], bootstrap_samples=bootstrap_samples, seed=seed
+        )
     except InvalidSweep as exc:
         column = "concurrency" if "concurrency" in exc.problem else None
         raise SweepFileError(source, str(exc), column=column) from None
@@ -98,15 +99,20 @@ def fit_sweep_file(
         SweepFileError: On an unreadable file or degenerate data; names file, row and column.
     """
     sweep_file = read_sweep_file(path)
-    fit, body = fit_rows(sweep_file.rows, source=str(path),
-                         bootstrap_samples=bootstrap_samples, seed=seed)
+    fit, body = fit_rows(
+        sweep_file.rows, source=str(path), bootstrap_samples=bootstrap_samples, seed=seed
+    )
     checks = compare_schedules(fit, sweep_file.rows, sweep_file.scheduled)
     body["schedule_checks"] = [schedule_check_as_dict(check) for check in checks]
     sweep_id = None
     if session is not None:
         digest = hashlib.sha256(path.read_bytes()).hexdigest()
-        settings = {"source": str(path), "sha256": digest, "bootstrap_samples": bootstrap_samples,
-                    "seed": seed}
+        settings = {
+            "source": str(path),
+            "sha256": digest,
+            "bootstrap_samples": bootstrap_samples,
+            "seed": seed,
+        }
         existing = repository.find_sweep_by_digest(session, digest)
         if existing is not None:
             existing.settings = {**(existing.settings or {}), **settings}
@@ -114,22 +120,36 @@ def fit_sweep_file(
             sweep_id = existing.id
         else:
             sweep = repository.add_sweep(
-                session, name=path.name, rows=[*sweep_file.rows, *sweep_file.scheduled],
-                settings=settings, fit=body)
+                session,
+                name=path.name,
+                rows=[*sweep_file.rows, *sweep_file.scheduled],
+                settings=settings,
+                fit=body,
+            )
             sweep_id = sweep.id
         body = {"sweep_id": sweep_id, **body}
-    return FitOutcome(sweep_id=sweep_id, fit=fit, body=body, scheduled_rows=sweep_file.scheduled,
-                      schedule_checks=checks)
+    return FitOutcome(
+        sweep_id=sweep_id,
+        fit=fit,
+        body=body,
+        scheduled_rows=sweep_file.scheduled,
+        schedule_checks=checks,
+    )
 
 
-def compare_schedules(fit: BreakevenFit, fitted: Sequence[SweepRow],
-                      scheduled: Sequence[SweepRow]) -> tuple[ScheduleCheck, ...]:
+def compare_schedules(
+    fit: BreakevenFit, fitted: Sequence[SweepRow], scheduled: Sequence[SweepRow]
+) -> tuple[ScheduleCheck, ...]:
     """Scheduled rows against the fit's baseline (never) and primary config (always)."""
+
     def points(config: str) -> list[SweepPoint]:
         return [row.point for row in fitted if row.point.config == config]
 
-    return check_schedules([row.point for row in scheduled],
-                           never=points(fit.baseline_config), always=points(fit.primary_config))
+    return check_schedules(
+        [row.point for row in scheduled],
+        never=points(fit.baseline_config),
+        always=points(fit.primary_config),
+    )
 
 
 def store_measured_sweep(
@@ -148,20 +168,24 @@ def store_measured_sweep(
         ``(sweep id, fit or None, why there is no fit or None)``.
     """
     fittable = [row for row in rows if not row.schedule]
-    sweep = repository.add_sweep(session, name=name, rows=rows, settings=settings,
-                                 deployment=deployment)
+    sweep = repository.add_sweep(
+        session, name=name, rows=rows, settings=settings, deployment=deployment
+    )
     try:
-        fit, body = fit_rows(fittable, source=name, bootstrap_samples=bootstrap_samples,
-                             seed=seed)
+        fit, body = fit_rows(fittable, source=name, bootstrap_samples=bootstrap_samples, seed=seed)
     except SweepFileError as exc:
         return sweep.id, None, str(exc)
     scheduled = tuple(r for r in rows if r.schedule)
     checks = compare_schedules(fit, fittable, scheduled)
-    body = {"sweep_id": sweep.id, **body,
-            "schedule_checks": [schedule_check_as_dict(check) for check in checks]}
+    body = {
+        "sweep_id": sweep.id,
+        **body,
+        "schedule_checks": [schedule_check_as_dict(check) for check in checks],
+    }
     repository.set_fit(session, sweep, body)
-    outcome = FitOutcome(sweep_id=sweep.id, fit=fit, body=body, scheduled_rows=scheduled,
-                         schedule_checks=checks)
+    outcome = FitOutcome(
+        sweep_id=sweep.id, fit=fit, body=body, scheduled_rows=scheduled, schedule_checks=checks
+    )
     return sweep.id, outcome, None
 
 
@@ -177,8 +201,9 @@ class AppliedSchedule:
     note: str | None = None
 
 
-def _fit_body(session: Session, *, sweep_id: int | None, fit_path: Path | None
-              ) -> tuple[dict[str, Any], str]:
+def _fit_body(
+    session: Session, *, sweep_id: int | None, fit_path: Path | None
+) -> tuple[dict[str, Any], str]:
     if sweep_id is not None and fit_path is not None:
         raise BreakevenError("give --sweep or --fit, not both")
     if fit_path is not None:
@@ -189,27 +214,37 @@ def _fit_body(session: Session, *, sweep_id: int | None, fit_path: Path | None
         if not isinstance(body, dict):
             raise BreakevenError(f"{fit_path}: expected a JSON object from `breakeven fit --json`")
         return body, str(fit_path)
-    sweep = (repository.get_sweep(session, sweep_id) if sweep_id is not None
-             else repository.latest_fitted_sweep(session))
+    sweep = (
+        repository.get_sweep(session, sweep_id)
+        if sweep_id is not None
+        else repository.latest_fitted_sweep(session)
+    )
     if sweep is None:
-        raise BreakevenError(f"no sweep {sweep_id}" if sweep_id is not None else
-                             "no fitted sweep yet; run `specledger breakeven fit sweep.csv`")
+        raise BreakevenError(
+            f"no sweep {sweep_id}"
+            if sweep_id is not None
+            else "no fitted sweep yet; run `specledger breakeven fit sweep.csv`"
+        )
     if sweep.fit is None:
-        raise BreakevenError(f"sweep {sweep.id} has no fit; run `specledger breakeven fit` "
-                             "on its CSV")
+        raise BreakevenError(
+            f"sweep {sweep.id} has no fit; run `specledger breakeven fit` on its CSV"
+        )
     return sweep.fit, f"sweep {sweep.id} ({sweep.name})"
 
 
 def _schedule_of(body: dict[str, Any], source: str) -> tuple[tuple[BatchSizeBand, ...], str, int]:
     """Bands, method and k of the fit's primary config."""
     try:
-        bands = tuple(BatchSizeBand(start=int(s), end=int(e), k=int(k))
-                      for s, e, k in body["schedule"])
+        bands = tuple(
+            BatchSizeBand(start=int(s), end=int(e), k=int(k)) for s, e, k in body["schedule"]
+        )
         primary = next(c for c in body["configs"] if c["config"] == body["config"])
         method, k = str(primary["method"]), int(primary["k"])
     except (KeyError, TypeError, ValueError, StopIteration, ValidationError) as exc:
-        raise BreakevenError(f"{source}: not a breakeven fit (need 'schedule', 'config' and "
-                             f"'configs' as `breakeven fit --json` prints them): {exc}") from None
+        raise BreakevenError(
+            f"{source}: not a breakeven fit (need 'schedule', 'config' and "
+            f"'configs' as `breakeven fit --json` prints them): {exc}"
+        ) from None
     if not bands:
         raise BreakevenError(f"{source}: the fit has an empty schedule")
     return bands, method, k
@@ -238,34 +273,42 @@ def _load_engine(name: str, path: Path, stored: dict[str, Any] | None) -> Engine
     raise BreakevenError(
         f"deployment {name!r} has no engine config ({path} does not exist and the registry "
         f"holds none); start it once with `specledger engine start --name {name} --spec ngram`, "
-        "which saves the file, then apply again")
+        "which saves the file, then apply again"
+    )
 
 
-def _with_schedule(engine: EngineConfig, bands: tuple[BatchSizeBand, ...], *, method: str,
-                   k: int) -> tuple[EngineConfig, str | None]:
+def _with_schedule(
+    engine: EngineConfig, bands: tuple[BatchSizeBand, ...], *, method: str, k: int
+) -> tuple[EngineConfig, str | None]:
     fields = engine.model_dump()
     if all(band.k == 0 for band in bands):
         fields.update(speculation=NoSpeculation().model_dump(), batch_size_schedule=None)
         return EngineConfig.model_validate(fields), (
             "the schedule never speculates, so the engine is set to plain decoding: a drafter "
-            "kept at k=0 still costs throughput (DESIGN.md, measured ~11-13% on CPU)")
+            "kept at k=0 still costs throughput (DESIGN.md, measured ~11-13% on CPU)"
+        )
     speculation = engine.speculation
     note = None
     if isinstance(speculation, NoSpeculation):
         if method != "ngram":
             raise BreakevenError(
                 f"the engine of {engine.name!r} does not speculate and the fit is for "
-                f"{method!r}; set the drafter in the engine config first")
+                f"{method!r}; set the drafter in the engine config first"
+            )
         speculation = NgramSpeculation(k=k)
         note = f"speculation was off; set to ngram k={k} as the fit measured"
-    engine_method = (speculation.vllm_method if isinstance(speculation, OtherSpeculation)
-                     else speculation.method)
+    engine_method = (
+        speculation.vllm_method if isinstance(speculation, OtherSpeculation) else speculation.method
+    )
     if engine_method != method:
         raise BreakevenError(
             f"the fit is for {method!r} but the engine of {engine.name!r} speculates with "
-            f"{engine_method!r}; fit a sweep of that method")
-    fields.update(speculation=speculation.model_dump(),
-                  batch_size_schedule=[band.model_dump() for band in bands])
+            f"{engine_method!r}; fit a sweep of that method"
+        )
+    fields.update(
+        speculation=speculation.model_dump(),
+        batch_size_schedule=[band.model_dump() for band in bands],
+    )
     try:
         return EngineConfig.model_validate(fields), note
     except ValidationError as exc:
@@ -320,5 +363,11 @@ def apply_schedule(
     save_engine_config(updated, path)
     record.engine_config = updated.model_dump(mode="json")
     session.flush()
-    return AppliedSchedule(deployment=deployment, engine=updated, engine_path=path,
-                           source=source, bands=bands, note=note)
+    return AppliedSchedule(
+        deployment=deployment,
+        engine=updated,
+        engine_path=path,
+        source=source,
+        bands=bands,
+        note=note,
+    )

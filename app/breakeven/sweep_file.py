@@ -108,8 +108,7 @@ def _number(path: Path, row: int, column: str, raw: Any, *, required: bool) -> f
     try:
         value = float(raw)
     except (TypeError, ValueError):
-        raise SweepFileError(path, "expected a number", row=row, column=column,
-                             value=raw) from None
+        raise SweepFileError(path, "expected a number", row=row, column=column, value=raw) from None
     if math.isnan(value):
         if required:
             raise SweepFileError(path, "value is NaN", row=row, column=column)
@@ -132,8 +131,7 @@ def _positive(path: Path, row: int, column: str, raw: Any) -> float:
     value = _number(path, row, column, raw, required=True)
     if value <= 0:
         reason = "is zero" if value == 0 else "is negative"
-        raise SweepFileError(path, f"must be > 0 but {reason}", row=row, column=column,
-                             value=raw)
+        raise SweepFileError(path, f"must be > 0 but {reason}", row=row, column=column, value=raw)
     return value
 
 
@@ -143,24 +141,39 @@ def _text(path: Path, row: int, column: str, raw: Any) -> str:
     return str(raw).strip()
 
 
-def _acceptance(path: Path, row: int, cells: dict[str, Any], *, k: int,
-                baseline: bool, optional: bool = False) -> tuple[float, float]:
+def _acceptance(
+    path: Path, row: int, cells: dict[str, Any], *, k: int, baseline: bool, optional: bool = False
+) -> tuple[float, float]:
     rate = _number(path, row, "acceptance_rate", cells["acceptance_rate"], required=False)
-    length = _number(path, row, "mean_acceptance_length", cells["mean_acceptance_length"],
-                     required=False)
+    length = _number(
+        path, row, "mean_acceptance_length", cells["mean_acceptance_length"], required=False
+    )
     if baseline:
         return math.nan, math.nan  # a baseline drafts nothing; whatever is there is ignored
     if math.isnan(rate) and math.isnan(length) and not optional:
-        raise SweepFileError(path, "a speculative row needs mean_acceptance_length or "
-                             "acceptance_rate; both are missing or NaN", row=row,
-                             column="mean_acceptance_length")
+        raise SweepFileError(
+            path,
+            "a speculative row needs mean_acceptance_length or "
+            "acceptance_rate; both are missing or NaN",
+            row=row,
+            column="mean_acceptance_length",
+        )
     if not math.isnan(rate) and not 0.0 <= rate <= 1.0:
-        raise SweepFileError(path, "must lie in [0, 1] (accepted / drafted tokens)", row=row,
-                             column="acceptance_rate", value=cells["acceptance_rate"])
+        raise SweepFileError(
+            path,
+            "must lie in [0, 1] (accepted / drafted tokens)",
+            row=row,
+            column="acceptance_rate",
+            value=cells["acceptance_rate"],
+        )
     if not math.isnan(length) and not 1.0 <= length <= k + 1 + 1e-6:
-        raise SweepFileError(path, f"must lie in [1, k+1] = [1, {k + 1}] (tokens per step, "
-                             "bonus token included)", row=row, column="mean_acceptance_length",
-                             value=cells["mean_acceptance_length"])
+        raise SweepFileError(
+            path,
+            f"must lie in [1, k+1] = [1, {k + 1}] (tokens per step, bonus token included)",
+            row=row,
+            column="mean_acceptance_length",
+            value=cells["mean_acceptance_length"],
+        )
     return rate, length
 
 
@@ -170,8 +183,13 @@ def _parse_row(path: Path, row: int, cells: dict[str, Any], extra: Sequence[str]
     baseline = method == BASELINE_METHOD
     k = _integer(path, row, "k", cells["k"], minimum=0)
     if not baseline and k < 1:
-        raise SweepFileError(path, f"method {method!r} speculates, so k must be >= 1", row=row,
-                             column="k", value=cells["k"])
+        raise SweepFileError(
+            path,
+            f"method {method!r} speculates, so k must be >= 1",
+            row=row,
+            column="k",
+            value=cells["k"],
+        )
     concurrency = _integer(path, row, "concurrency", cells["concurrency"], minimum=1)
     rate = _positive(path, row, "output_tokens_per_s", cells["output_tokens_per_s"])
     tpot = _positive(path, row, "tpot_p50_s", cells["tpot_p50_s"])
@@ -179,8 +197,9 @@ def _parse_row(path: Path, row: int, cells: dict[str, Any], extra: Sequence[str]
     schedule = str(schedule_raw).strip() if schedule_raw not in (None, "") else None
     # A scheduled row is compared, not fitted: it may have drafted nothing (k=0 at its load,
     # or every request routed to a plain replica).
-    acceptance_rate, length = _acceptance(path, row, cells, k=k,
-                                          baseline=baseline, optional=schedule is not None)
+    acceptance_rate, length = _acceptance(
+        path, row, cells, k=k, baseline=baseline, optional=schedule is not None
+    )
     metrics: dict[str, float | str | None] = {}
     requests_per_s = None
     for name in extra:
@@ -196,11 +215,19 @@ def _parse_row(path: Path, row: int, cells: dict[str, Any], extra: Sequence[str]
             requests_per_s = None if math.isnan(value) else value
         else:
             metrics[name] = None if math.isnan(value) else value
-    point = SweepPoint(config=config, method=method, k=k, concurrency=concurrency,
-                       output_tokens_per_s=rate, tpot_p50_s=tpot,
-                       acceptance_rate=acceptance_rate, mean_acceptance_length=length)
-    return SweepRow(point=point, requests_per_s=requests_per_s, metrics=metrics,
-                    schedule=schedule or None)
+    point = SweepPoint(
+        config=config,
+        method=method,
+        k=k,
+        concurrency=concurrency,
+        output_tokens_per_s=rate,
+        tpot_p50_s=tpot,
+        acceptance_rate=acceptance_rate,
+        mean_acceptance_length=length,
+    )
+    return SweepRow(
+        point=point, requests_per_s=requests_per_s, metrics=metrics, schedule=schedule or None
+    )
 
 
 def _read_table(path: Path) -> pa.Table:
@@ -208,7 +235,8 @@ def _read_table(path: Path) -> pa.Table:
         raise SweepFileError(path, "no such file")
     try:
         return pa_csv.read_csv(
-            path, convert_options=pa_csv.ConvertOptions(strings_can_be_null=True, null_values=[""]))
+            path, convert_options=pa_csv.ConvertOptions(strings_can_be_null=True, null_values=[""])
+        )
     except (pa.ArrowInvalid, OSError, UnicodeDecodeError) as exc:
         raise SweepFileError(path, f"not a readable CSV file: {exc}") from None
 
@@ -219,9 +247,12 @@ def _check_sweep_shape(path: Path, rows: Sequence[SweepRow]) -> None:
         raise SweepFileError(path, "the file has no sweep rows to fit")
     if not any(r.point.method == BASELINE_METHOD for r in rows):
         configs = sorted({r.point.config for r in rows})
-        raise SweepFileError(path, f"missing baseline: no row has method "
-                             f"{BASELINE_METHOD!r} (configs: {', '.join(configs)})",
-                             column="method")
+        raise SweepFileError(
+            path,
+            f"missing baseline: no row has method "
+            f"{BASELINE_METHOD!r} (configs: {', '.join(configs)})",
+            column="method",
+        )
     by_config: dict[str, list[int]] = {}
     levels: dict[str, set[int]] = {}
     for number, r in enumerate(rows, start=1):
@@ -231,9 +262,12 @@ def _check_sweep_shape(path: Path, rows: Sequence[SweepRow]) -> None:
         if len(seen) < MIN_CONCURRENCY_LEVELS:
             numbers = ", ".join(str(n) for n in by_config[config])
             raise SweepFileError(
-                path, f"config {config!r} (rows {numbers}) has {len(seen)} concurrency "
+                path,
+                f"config {config!r} (rows {numbers}) has {len(seen)} concurrency "
                 f"level(s) ({', '.join(str(c) for c in sorted(seen))}); at least "
-                f"{MIN_CONCURRENCY_LEVELS} are needed to fit a curve", column="concurrency")
+                f"{MIN_CONCURRENCY_LEVELS} are needed to fit a curve",
+                column="concurrency",
+            )
 
 
 def read_sweep_file(path: Path) -> SweepFile:
@@ -254,8 +288,11 @@ def read_sweep_file(path: Path) -> SweepFile:
     names = table.column_names
     missing = [c for c in REQUIRED_COLUMNS if c not in names]
     if missing:
-        raise SweepFileError(path, f"missing required column(s): {', '.join(missing)} "
-                             f"(required: {', '.join(REQUIRED_COLUMNS)})")
+        raise SweepFileError(
+            path,
+            f"missing required column(s): {', '.join(missing)} "
+            f"(required: {', '.join(REQUIRED_COLUMNS)})",
+        )
     extra = [c for c in names if c not in REQUIRED_COLUMNS]
     columns = {name: table.column(name).to_pylist() for name in names}
     fitted: list[SweepRow] = []
@@ -276,10 +313,16 @@ def write_sweep_file(path: Path, rows: Sequence[SweepRow]) -> Path:
     """
     data = [row.as_csv_row() for row in rows]
     types = {name: pa.float64() for name in CSV_COLUMNS}
-    types.update(config=pa.string(), method=pa.string(), k=pa.int64(), concurrency=pa.int64(),
-                 schedule=pa.string())
-    table = pa.table({name: pa.array([d.get(name) for d in data], type=types[name])
-                      for name in CSV_COLUMNS})
+    types.update(
+        config=pa.string(),
+        method=pa.string(),
+        k=pa.int64(),
+        concurrency=pa.int64(),
+        schedule=pa.string(),
+    )
+    table = pa.table(
+        {name: pa.array([d.get(name) for d in data], type=types[name]) for name in CSV_COLUMNS}
+    )
     path.parent.mkdir(parents=True, exist_ok=True)
     pa_csv.write_csv(table, path, write_options=pa_csv.WriteOptions(quoting_style="needed"))
     return path

@@ -12,16 +12,19 @@ from app.models import Deployment, Replica
 router = APIRouter(prefix="/deployments", tags=["deployments"])
 
 
-def _read(deployment: Deployment, replicas: list[Replica], principal: Principal
-          ) -> DeploymentRead:
+def _read(deployment: Deployment, replicas: list[Replica], principal: Principal) -> DeploymentRead:
     shared_team = deployment.shared_cost_team
     if not principal.is_admin and shared_team != principal.team:
         shared_team = None  # another team's name is not this key's to see
     return DeploymentRead(
-        name=deployment.name, tag_value=deployment.tag_value, tier=deployment.tier,
-        shared_cost_policy=deployment.shared_cost_policy, shared_cost_team=shared_team,
+        name=deployment.name,
+        tag_value=deployment.tag_value,
+        tier=deployment.tier,
+        shared_cost_policy=deployment.shared_cost_policy,
+        shared_cost_team=shared_team,
         created_at=deployment.created_at,
-        replicas=[ReplicaRead.model_validate(replica) for replica in replicas])
+        replicas=[ReplicaRead.model_validate(replica) for replica in replicas],
+    )
 
 
 @router.get("", response_model=list[DeploymentRead], responses=RESPONSES_READ)
@@ -30,32 +33,53 @@ def list_deployments(session: SessionDep, principal: PrincipalDep) -> list[Deplo
     return [_read(d, replicas, principal) for d, replicas in service.list_deployments(session)]
 
 
-@router.post("", response_model=DeploymentRead, status_code=201, responses={
-    **RESPONSES_READ, 409: {"model": ErrorBody, "description": "Already registered."}})
-def create_deployment(body: DeploymentCreate, session: SessionDep,
-                      admin: AdminDep) -> DeploymentRead:
+@router.post(
+    "",
+    response_model=DeploymentRead,
+    status_code=201,
+    responses={**RESPONSES_READ, 409: {"model": ErrorBody, "description": "Already registered."}},
+)
+def create_deployment(
+    body: DeploymentCreate, session: SessionDep, admin: AdminDep
+) -> DeploymentRead:
     """Register a deployment (admin)."""
     try:
         deployment = service.add_deployment(
-            session, name=body.name, tag_value=body.tag_value, tier=body.tier,
-            shared_policy=body.shared_policy, shared_team=body.shared_team)
+            session,
+            name=body.name,
+            tag_value=body.tag_value,
+            tier=body.tier,
+            shared_policy=body.shared_policy,
+            shared_team=body.shared_team,
+        )
     except service.RegistryError as exc:
         raise Conflict(str(exc)) from None
     return _read(deployment, [], admin)
 
 
-@router.post("/{name}/replicas", response_model=ReplicaRead, status_code=201, responses={
-    **RESPONSES_READ, 404: {"model": ErrorBody}, 409: {"model": ErrorBody}})
-def create_replica(name: str, body: ReplicaCreate, session: SessionDep,
-                   _admin: AdminDep) -> ReplicaRead:
+@router.post(
+    "/{name}/replicas",
+    response_model=ReplicaRead,
+    status_code=201,
+    responses={**RESPONSES_READ, 404: {"model": ErrorBody}, 409: {"model": ErrorBody}},
+)
+def create_replica(
+    name: str, body: ReplicaCreate, session: SessionDep, _admin: AdminDep
+) -> ReplicaRead:
     """Register a replica of a deployment with its GPUs and billing ResourceId (admin)."""
     try:
         service.get_deployment(session, name)
     except service.RegistryError as exc:
         raise NotFound(str(exc)) from None
     try:
-        replica = service.add_replica(session, deployment=name, name=body.name, gpus=body.gpus,
-                                      resource_id=body.resource_id, base_url=body.base_url)
+        replica = service.add_replica(
+            session,
+            deployment=name,
+            name=body.name,
+            gpus=body.gpus,
+            resource_id=body.resource_id,
+            base_url=body.base_url,
+        )
     except service.RegistryError as exc:
         raise Conflict(str(exc)) from None
     return ReplicaRead.model_validate(replica)

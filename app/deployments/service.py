@@ -14,49 +14,71 @@ class RegistryError(Exception):
     """A registry change that cannot be made (unknown name, duplicate...)."""
 
 
-def add_deployment(session: Session, *, name: str, tag_value: str | None = None,
-                   tier: str | None = None, shared_policy: str = "proportional",
-                   shared_team: str | None = None) -> Deployment:
+def add_deployment(
+    session: Session,
+    *,
+    name: str,
+    tag_value: str | None = None,
+    tier: str | None = None,
+    shared_policy: str = "proportional",
+    shared_team: str | None = None,
+) -> Deployment:
     """Register a deployment; its billing rows carry ``tag_value`` (default: its name)."""
     try:
         policy = SharedPolicy(shared_policy)
     except ValueError:
-        raise RegistryError(f"shared policy must be one of "
-                            f"{', '.join(p.value for p in SharedPolicy)}") from None
+        raise RegistryError(
+            f"shared policy must be one of {', '.join(p.value for p in SharedPolicy)}"
+        ) from None
     if policy is SharedPolicy.team and not shared_team:
         raise RegistryError("the 'team' shared policy needs a team name")
     if session.scalar(select(Deployment).where(Deployment.name == name)):
         raise RegistryError(f"deployment {name!r} already exists")
-    deployment = Deployment(name=name, tag_value=tag_value or name, tier=tier,
-                            shared_cost_policy=policy.value, shared_cost_team=shared_team,
-                            created_at=datetime.now(UTC))
+    deployment = Deployment(
+        name=name,
+        tag_value=tag_value or name,
+        tier=tier,
+        shared_cost_policy=policy.value,
+        shared_cost_team=shared_team,
+        created_at=datetime.now(UTC),
+    )
     session.add(deployment)
     session.flush()
     return deployment
 
 
-def add_replica(session: Session, *, deployment: str, name: str, gpus: int,
-                resource_id: str | None = None, base_url: str | None = None) -> Replica:
+def add_replica(
+    session: Session,
+    *,
+    deployment: str,
+    name: str,
+    gpus: int,
+    resource_id: str | None = None,
+    base_url: str | None = None,
+) -> Replica:
     """Register a replica with its GPU count and, optionally, its billing ResourceId."""
     if gpus < 1:
         raise RegistryError("a replica has at least one GPU")
     owner = get_deployment(session, deployment)
-    replica = Replica(deployment_id=owner.id, name=name, gpus=gpus, resource_id=resource_id,
-                      base_url=base_url)
+    replica = Replica(
+        deployment_id=owner.id, name=name, gpus=gpus, resource_id=resource_id, base_url=base_url
+    )
     session.add(replica)
     try:
         session.flush()
     except IntegrityError:
-        raise RegistryError(f"replica {name!r} or resource id {resource_id!r} is already "
-                            "registered") from None
+        raise RegistryError(
+            f"replica {name!r} or resource id {resource_id!r} is already registered"
+        ) from None
     return replica
 
 
 def get_deployment(session: Session, name: str) -> Deployment:
     deployment = session.scalar(select(Deployment).where(Deployment.name == name))
     if deployment is None:
-        raise RegistryError(f"unknown deployment {name!r}; register it with "
-                            "`specledger deployments add`")
+        raise RegistryError(
+            f"unknown deployment {name!r}; register it with `specledger deployments add`"
+        )
     return deployment
 
 

@@ -334,8 +334,10 @@ def fit_breakeven(
         )
     if fit_per_sequence is None:
         fit_per_sequence = (
-            all(c.mean_acceptance_length is not None and is_model_free(c.method)
-                for c in sweep.speculative)
+            all(
+                c.mean_acceptance_length is not None and is_model_free(c.method)
+                for c in sweep.speculative
+            )
             and len(sweep.baseline.levels) >= MIN_LEVELS_FOR_PER_SEQUENCE
         )
     problem = build_problem(sweep, fit_per_sequence=fit_per_sequence)

@@ -13,8 +13,11 @@ def month_bounds(month: str) -> tuple[datetime, datetime]:
         start = datetime.strptime(month, "%Y-%m").replace(tzinfo=UTC)
     except ValueError:
         raise ValueError(f"month must be YYYY-MM, got {month!r}") from None
-    end = (start.replace(year=start.year + 1, month=1) if start.month == 12
-           else start.replace(month=start.month + 1))
+    end = (
+        start.replace(year=start.year + 1, month=1)
+        if start.month == 12
+        else start.replace(month=start.month + 1)
+    )
     return start, end
 
 

@@ -62,9 +62,13 @@ def _medians(points: Sequence[SweepPoint]) -> dict[int, tuple[float, int]]:
     return {level: (median(rates), len(rates)) for level, rates in by_level.items()}
 
 
-def check_schedules(scheduled: Sequence[SweepPoint], *, never: Sequence[SweepPoint],
-                    always: Sequence[SweepPoint],
-                    target: float = SCHEDULE_TARGET) -> tuple[ScheduleCheck, ...]:
+def check_schedules(
+    scheduled: Sequence[SweepPoint],
+    *,
+    never: Sequence[SweepPoint],
+    always: Sequence[SweepPoint],
+    target: float = SCHEDULE_TARGET,
+) -> tuple[ScheduleCheck, ...]:
     """Compare each scheduled config with both fixed choices at the levels all three share.
 
     Args:
@@ -81,10 +85,15 @@ def check_schedules(scheduled: Sequence[SweepPoint], *, never: Sequence[SweepPoi
     for config in dict.fromkeys(point.config for point in scheduled):
         mine = _medians([p for p in scheduled if p.config == config])
         levels = tuple(
-            ScheduleLevel(concurrency=level, scheduled_tokens_per_s=mine[level][0],
-                          never_tokens_per_s=never_at[level][0],
-                          always_tokens_per_s=always_at[level][0], runs=mine[level][1])
-            for level in sorted(set(mine) & set(never_at) & set(always_at)))
+            ScheduleLevel(
+                concurrency=level,
+                scheduled_tokens_per_s=mine[level][0],
+                never_tokens_per_s=never_at[level][0],
+                always_tokens_per_s=always_at[level][0],
+                runs=mine[level][1],
+            )
+            for level in sorted(set(mine) & set(never_at) & set(always_at))
+        )
         if levels:
             checks.append(ScheduleCheck(config=config, levels=levels, target=target))
     return tuple(checks)
@@ -93,12 +102,19 @@ def check_schedules(scheduled: Sequence[SweepPoint], *, never: Sequence[SweepPoi
 def schedule_check_as_dict(check: ScheduleCheck) -> dict[str, object]:
     """JSON form, for ``breakeven fit --json`` and the API."""
     return {
-        "config": check.config, "target": check.target, "meets_target": check.meets_target,
+        "config": check.config,
+        "target": check.target,
+        "meets_target": check.meets_target,
         "worst_ratio": round(check.worst_ratio, 4),
-        "levels": [{"concurrency": level.concurrency,
-                    "scheduled_tokens_per_s": round(level.scheduled_tokens_per_s, 3),
-                    "never_tokens_per_s": round(level.never_tokens_per_s, 3),
-                    "always_tokens_per_s": round(level.always_tokens_per_s, 3),
-                    "ratio_to_best": round(level.ratio_to_best, 4), "runs": level.runs}
-                   for level in check.levels],
+        "levels": [
+            {
+                "concurrency": level.concurrency,
+                "scheduled_tokens_per_s": round(level.scheduled_tokens_per_s, 3),
+                "never_tokens_per_s": round(level.never_tokens_per_s, 3),
+                "always_tokens_per_s": round(level.always_tokens_per_s, 3),
+                "ratio_to_best": round(level.ratio_to_best, 4),
+                "runs": level.runs,
+            }
+            for level in check.levels
+        ],
     }

@@ -130,14 +130,18 @@ def roofline_step_model(
     for name, value in positives.items():
         if not (math.isfinite(value) and value > 0):
             raise InvalidInput(f"{name} must be finite and > 0, got {value!r}")
-    for name, value in (("bandwidth_efficiency", bandwidth_efficiency),
-                        ("compute_efficiency", compute_efficiency)):
+    for name, value in (
+        ("bandwidth_efficiency", bandwidth_efficiency),
+        ("compute_efficiency", compute_efficiency),
+    ):
         if not 0.0 < value <= 1.0:
             raise InvalidInput(f"{name} must lie in (0, 1], got {value!r}")
     if not (math.isfinite(step_overhead_s) and step_overhead_s >= 0):
         raise InvalidInput(f"step_overhead_s must be finite and >= 0, got {step_overhead_s!r}")
     params = params_billion * 1e9
-    weights_s = params * bytes_per_param / (gpus * hbm_tb_per_s_per_gpu * 1e12 * bandwidth_efficiency)
+    weights_s = (
+        params * bytes_per_param / (gpus * hbm_tb_per_s_per_gpu * 1e12 * bandwidth_efficiency)
+    )
     per_token_s = 2.0 * params / (gpus * peak_tflops_per_gpu * 1e12 * compute_efficiency)
     return StepTimeModel(floor_s=weights_s + step_overhead_s, per_token_s=per_token_s)
 
@@ -161,8 +165,9 @@ def _chosen_k(
         return np.zeros(batch.shape, dtype=np.int64)
     if mode is SpeculationMode.fixed:
         return np.full(batch.shape, spec.k, dtype=np.int64)
-    rates = np.vstack([speculative_tokens_per_s(step, spec, concurrency=batch, k=k)
-                       for k in range(spec.k + 1)])
+    rates = np.vstack(
+        [speculative_tokens_per_s(step, spec, concurrency=batch, k=k) for k in range(spec.k + 1)]
+    )
     best = rates.max(axis=0)
     return np.asarray(np.argmax(rates >= best * (1.0 - 1e-12), axis=0), dtype=np.int64)
 
@@ -236,7 +241,8 @@ def cost_curve(
         raise InvalidInput(f"mode {mode.value!r} needs a speculative configuration")
     per_replica = sessions / capacity.replicas
     ks, replica_tokens, tpot = replica_performance(
-        step, spec, mode=mode, per_replica_concurrency=per_replica)
+        step, spec, mode=mode, per_replica_concurrency=per_replica
+    )
     fleet_tokens = replica_tokens * capacity.replicas
     per_second = capacity.usd_micros_per_hour / SECONDS_PER_HOUR
     return CostCurve(

@@ -156,8 +156,9 @@ def wilson_interval(successes: int, trials: int, *, confidence: float) -> tuple[
         InvalidInput: If the counts are inconsistent or confidence is outside (0, 1).
     """
     if trials <= 0 or not 0 <= successes <= trials:
-        raise InvalidInput(f"need 0 <= successes <= trials and trials > 0, got "
-                           f"{successes}/{trials}")
+        raise InvalidInput(
+            f"need 0 <= successes <= trials and trials > 0, got {successes}/{trials}"
+        )
     if not 0.0 < confidence < 1.0:
         raise InvalidInput(f"confidence must lie in (0, 1), got {confidence}")
     z = NormalDist().inv_cdf(0.5 + confidence / 2)
@@ -184,8 +185,9 @@ def monthly(amount_micros: int, window_seconds: float) -> int:
     return round(amount_micros * SECONDS_PER_MONTH / window_seconds)
 
 
-def suggested_k(*, num_drafts: int, draft_tokens: int, accepted_tokens: int,
-                k: int | None) -> int | None:
+def suggested_k(
+    *, num_drafts: int, draft_tokens: int, accepted_tokens: int, k: int | None
+) -> int | None:
     """The k to move to: the longest draft whose last position is still accepted with
     probability at least :data:`MARGINAL_ACCEPTANCE_FLOOR`; 0 means no k is worth drafting.
 
@@ -206,48 +208,72 @@ def suggested_k(*, num_drafts: int, draft_tokens: int, accepted_tokens: int,
     return best
 
 
-def low_acceptance_findings(groups: Sequence[AcceptanceGroup], thresholds: Thresholds, *,
-                            window_seconds: float) -> list[Finding]:
+def low_acceptance_findings(
+    groups: Sequence[AcceptanceGroup], thresholds: Thresholds, *, window_seconds: float
+) -> list[Finding]:
     """Groups whose acceptance rate is confidently below the threshold."""
     findings: list[Finding] = []
     for group in groups:
         if group.requests < thresholds.min_requests or group.draft_tokens <= 0:
             continue
         accepted = min(group.accepted_tokens, group.draft_tokens)
-        low, high = wilson_interval(accepted, group.draft_tokens,
-                                    confidence=thresholds.confidence)
+        low, high = wilson_interval(accepted, group.draft_tokens, confidence=thresholds.confidence)
         if high >= thresholds.acceptance:
             continue
         rejected = group.draft_tokens - accepted
-        wasted = (round(group.cost_micros * rejected / group.scheduled_tokens)
-                  if group.scheduled_tokens > 0 else 0)
-        target_k = suggested_k(num_drafts=group.num_drafts, draft_tokens=group.draft_tokens,
-                               accepted_tokens=accepted, k=group.k)
+        wasted = (
+            round(group.cost_micros * rejected / group.scheduled_tokens)
+            if group.scheduled_tokens > 0
+            else 0
+        )
+        target_k = suggested_k(
+            num_drafts=group.num_drafts,
+            draft_tokens=group.draft_tokens,
+            accepted_tokens=accepted,
+            k=group.k,
+        )
         rate = accepted / group.draft_tokens
-        findings.append(Finding(
-            kind=FindingKind.low_acceptance, scope=group.scope, key=group.key,
-            window_cost_micros=wasted,
-            monthly_cost_micros=monthly(wasted, window_seconds),
-            action=_acceptance_action(group, target_k),
-            detail=(f"{rate:.1%} of {group.draft_tokens} drafted tokens accepted over "
+        findings.append(
+            Finding(
+                kind=FindingKind.low_acceptance,
+                scope=group.scope,
+                key=group.key,
+                window_cost_micros=wasted,
+                monthly_cost_micros=monthly(wasted, window_seconds),
+                action=_acceptance_action(group, target_k),
+                detail=(
+                    f"{rate:.1%} of {group.draft_tokens} drafted tokens accepted over "
                     f"{group.requests} requests ({thresholds.confidence:.0%} Wilson interval "
                     f"{low:.1%}-{high:.1%}, below the {thresholds.acceptance:.0%} threshold); "
-                    f"{rejected} rejected draft tokens were verified for nothing"),
-            metrics={"acceptance_rate": round(rate, 4), "wilson_low": round(low, 4),
-                     "wilson_high": round(high, 4), "requests": group.requests,
-                     "draft_tokens": group.draft_tokens, "accepted_tokens": accepted,
-                     "method": group.method, "k": group.k, "suggested_k": target_k},
-        ))
+                    f"{rejected} rejected draft tokens were verified for nothing"
+                ),
+                metrics={
+                    "acceptance_rate": round(rate, 4),
+                    "wilson_low": round(low, 4),
+                    "wilson_high": round(high, 4),
+                    "requests": group.requests,
+                    "draft_tokens": group.draft_tokens,
+                    "accepted_tokens": accepted,
+                    "method": group.method,
+                    "k": group.k,
+                    "suggested_k": target_k,
+                },
+            )
+        )
     return findings
 
 
 def _acceptance_action(group: AcceptanceGroup, target_k: int | None) -> str:
     if target_k is not None and group.k and 0 < target_k < group.k:
-        return (f"lower k (num_speculative_tokens) from {group.k} to {target_k}: positions "
-                f"beyond {target_k} are accepted less than "
-                f"{MARGINAL_ACCEPTANCE_FLOOR:.0%} of the time")
-    return ("change the drafter (a draft model closer to the target, or ngram for "
-            "copy-heavy traffic), or turn speculation off for this traffic")
+        return (
+            f"lower k (num_speculative_tokens) from {group.k} to {target_k}: positions "
+            f"beyond {target_k} are accepted less than "
+            f"{MARGINAL_ACCEPTANCE_FLOOR:.0%} of the time"
+        )
+    return (
+        "change the drafter (a draft model closer to the target, or ngram for "
+        "copy-heavy traffic), or turn speculation off for this traffic"
+    )
 
 
 def speedup_at(points: Sequence[tuple[float, float]], concurrency: float) -> float:
@@ -269,43 +295,56 @@ def speedup_at(points: Sequence[tuple[float, float]], concurrency: float) -> flo
     return ordered[-1][1]
 
 
-def above_breakeven_finding(curve: BreakevenCurve, exposure: BreakevenExposure, *,
-                            window_seconds: float) -> Finding | None:
+def above_breakeven_finding(
+    curve: BreakevenCurve, exposure: BreakevenExposure, *, window_seconds: float
+) -> Finding | None:
     """A finding for speculative requests above the breakeven, or None if there were none."""
     if exposure.requests <= 0:
         return None
-    speedup = (speedup_at(curve.speedups, exposure.mean_concurrency) if curve.speedups
-               else 1.0)
+    speedup = speedup_at(curve.speedups, exposure.mean_concurrency) if curve.speedups else 1.0
     loss = max(0.0, 1.0 - min(speedup, 1.0))
     wasted = round(exposure.cost_micros * loss)
     schedule = [list(band) for band in curve.schedule]
-    action = ("apply the fitted speculation schedule (vLLM "
-              f"num_speculative_tokens_per_batch_size: {schedule})" if schedule else
-              f"turn speculation off above {curve.breakeven_concurrency:.1f} concurrent "
-              "requests")
+    action = (
+        "apply the fitted speculation schedule (vLLM "
+        f"num_speculative_tokens_per_batch_size: {schedule})"
+        if schedule
+        else f"turn speculation off above {curve.breakeven_concurrency:.1f} concurrent requests"
+    )
     if exposure.method == "draft_model":
-        action += ("; keep draft and target on one NUMA node, since a drafter on another "
-                   "node slows every draft step and lowers the breakeven")
+        action += (
+            "; keep draft and target on one NUMA node, since a drafter on another "
+            "node slows every draft step and lowers the breakeven"
+        )
     return Finding(
-        kind=FindingKind.above_breakeven, scope=Scope.deployment, key=curve.deployment,
-        window_cost_micros=wasted, monthly_cost_micros=monthly(wasted, window_seconds),
+        kind=FindingKind.above_breakeven,
+        scope=Scope.deployment,
+        key=curve.deployment,
+        window_cost_micros=wasted,
+        monthly_cost_micros=monthly(wasted, window_seconds),
         action=action,
-        detail=(f"{exposure.requests} speculative requests ({exposure.seconds:.0f} s) ran at "
-                f"concurrency above the fitted breakeven of "
-                f"{curve.breakeven_concurrency:.1f} (mean {exposure.mean_concurrency:.1f}, "
-                f"modelled speedup {speedup:.2f}); they cost "
-                f"{exposure.cost_micros / 1e6:.2f} in the window"),
-        metrics={"breakeven_concurrency": round(curve.breakeven_concurrency, 3),
-                 "requests": exposure.requests, "seconds": round(exposure.seconds, 3),
-                 "mean_concurrency": round(exposure.mean_concurrency, 3),
-                 "modelled_speedup": round(speedup, 4),
-                 "cost_above_breakeven": format_micros(exposure.cost_micros),
-                 "sweep_id": curve.sweep_id},
+        detail=(
+            f"{exposure.requests} speculative requests ({exposure.seconds:.0f} s) ran at "
+            f"concurrency above the fitted breakeven of "
+            f"{curve.breakeven_concurrency:.1f} (mean {exposure.mean_concurrency:.1f}, "
+            f"modelled speedup {speedup:.2f}); they cost "
+            f"{exposure.cost_micros / 1e6:.2f} in the window"
+        ),
+        metrics={
+            "breakeven_concurrency": round(curve.breakeven_concurrency, 3),
+            "requests": exposure.requests,
+            "seconds": round(exposure.seconds, 3),
+            "mean_concurrency": round(exposure.mean_concurrency, 3),
+            "modelled_speedup": round(speedup, 4),
+            "cost_above_breakeven": format_micros(exposure.cost_micros),
+            "sweep_id": curve.sweep_id,
+        },
     )
 
 
-def idle_findings(exposures: Sequence[IdleExposure], thresholds: Thresholds, *,
-                  window_seconds: float) -> list[Finding]:
+def idle_findings(
+    exposures: Sequence[IdleExposure], thresholds: Thresholds, *, window_seconds: float
+) -> list[Finding]:
     """Deployments whose idle share of GPU cost is above the threshold."""
     findings: list[Finding] = []
     for item in exposures:
@@ -314,16 +353,25 @@ def idle_findings(exposures: Sequence[IdleExposure], thresholds: Thresholds, *,
         share = item.idle_micros / item.gpu_micros
         if share <= thresholds.idle_share:
             continue
-        action = (f"consolidate replicas: {item.replicas} replicas were idle "
-                  f"{share:.0%} of the time" if item.replicas > 1 else
-                  "scale the deployment down when it is idle, or move this traffic onto a "
-                  "shared deployment")
-        findings.append(Finding(
-            kind=FindingKind.idle_gpu, scope=Scope.deployment, key=item.deployment,
-            window_cost_micros=item.idle_micros,
-            monthly_cost_micros=monthly(item.idle_micros, window_seconds), action=action,
-            detail=(f"{share:.1%} of the deployment's GPU cost was idle (threshold "
-                    f"{thresholds.idle_share:.0%})"),
-            metrics={"idle_share": round(share, 4), "replicas": item.replicas},
-        ))
+        action = (
+            f"consolidate replicas: {item.replicas} replicas were idle {share:.0%} of the time"
+            if item.replicas > 1
+            else "scale the deployment down when it is idle, or move this traffic onto a "
+            "shared deployment"
+        )
+        findings.append(
+            Finding(
+                kind=FindingKind.idle_gpu,
+                scope=Scope.deployment,
+                key=item.deployment,
+                window_cost_micros=item.idle_micros,
+                monthly_cost_micros=monthly(item.idle_micros, window_seconds),
+                action=action,
+                detail=(
+                    f"{share:.1%} of the deployment's GPU cost was idle (threshold "
+                    f"{thresholds.idle_share:.0%})"
+                ),
+                metrics={"idle_share": round(share, 4), "replicas": item.replicas},
+            )
+        )
     return findings

@@ -30,12 +30,18 @@ _MONTH = re.compile(r"^(\d{4})-(\d{2})$")
 _DAY = re.compile(r"^(\d{4})-(\d{2})-(\d{2})$")
 _SPACED_OFFSET = re.compile(r"(?<=\d) (\d{2}:?\d{2})$")
 _UNIX = re.compile(r"^-?\d{1,12}(\.\d+)?$")
-_UNITS = {"m": timedelta(minutes=1), "h": timedelta(hours=1), "d": timedelta(days=1),
-          "w": timedelta(weeks=1)}
+_UNITS = {
+    "m": timedelta(minutes=1),
+    "h": timedelta(hours=1),
+    "d": timedelta(days=1),
+    "w": timedelta(weeks=1),
+}
 
-GRAMMAR = ("YYYY-MM, YYYY-MM-DD, today, yesterday, week, lastweek, month, lastmonth, a "
-           "duration such as 30m, 12h, 7d or 2w, or START,END as RFC 3339 instants with a "
-           "zone or unix seconds")
+GRAMMAR = (
+    "YYYY-MM, YYYY-MM-DD, today, yesterday, week, lastweek, month, lastmonth, a "
+    "duration such as 30m, 12h, 7d or 2w, or START,END as RFC 3339 instants with a "
+    "zone or unix seconds"
+)
 
 
 class InvalidWindow(InvalidInput):
@@ -90,8 +96,12 @@ def parse_window(text: str, *, now: datetime) -> TimeWindow:
     expression = text.strip().lower()
     if not expression:
         raise InvalidWindow(f"window is empty; use {GRAMMAR}")
-    window = (_named(expression, now) or _calendar(expression) or _duration(expression, now)
-              or _pair(text.strip()))
+    window = (
+        _named(expression, now)
+        or _calendar(expression)
+        or _duration(expression, now)
+        or _pair(text.strip())
+    )
     if window is None:
         raise InvalidWindow(f"cannot read window {text!r}; use {GRAMMAR}")
     if window.end <= window.start:
@@ -163,11 +173,13 @@ def _instant(text: str) -> datetime:
     try:
         value = datetime.fromisoformat(text.replace("z", "Z"))
     except ValueError:
-        raise InvalidWindow(f"{text!r} is not an RFC 3339 instant (e.g. "
-                            "2026-11-01T00:00:00Z) or unix seconds") from None
+        raise InvalidWindow(
+            f"{text!r} is not an RFC 3339 instant (e.g. 2026-11-01T00:00:00Z) or unix seconds"
+        ) from None
     if value.tzinfo is None or "T" not in text.upper():
-        raise InvalidWindow(f"{text!r} needs a date, a time and a zone (Z or +HH:MM), as "
-                            "RFC 3339 requires")
+        raise InvalidWindow(
+            f"{text!r} needs a date, a time and a zone (Z or +HH:MM), as RFC 3339 requires"
+        )
     return value.astimezone(UTC)
 
 

@@ -51,33 +51,50 @@ class CostLine:
             "billed_cost": format_micros(self.billed_micros),
             "gpu_seconds": round(self.gpu_ns / 1e9, 3),
             "session_seconds": round(self.session_ns / 1e9, 3),
-            "prompt_tokens": self.prompt_tokens, "cached_tokens": self.cached_tokens,
-            "completion_tokens": self.completion_tokens, "draft_tokens": self.draft_tokens,
+            "prompt_tokens": self.prompt_tokens,
+            "cached_tokens": self.cached_tokens,
+            "completion_tokens": self.completion_tokens,
+            "draft_tokens": self.draft_tokens,
             "accepted_tokens": self.accepted_tokens,
             "acceptance_rate": round(self.accepted_tokens / self.draft_tokens, 4)
-            if self.draft_tokens else None,
+            if self.draft_tokens
+            else None,
             "mean_acceptance_length": round(
-                (self.accepted_tokens + self.num_drafts) / self.num_drafts, 3)
-            if self.num_drafts else None,
+                (self.accepted_tokens + self.num_drafts) / self.num_drafts, 3
+            )
+            if self.num_drafts
+            else None,
             "cost_per_1k_session_seconds": per(self.effective_micros, self.session_ns / 1e9, 1e3),
             "cost_per_1m_output_tokens": per(self.effective_micros, self.completion_tokens, 1e6),
             "cost_per_1m_tokens": per(self.effective_micros, total_tokens, 1e6),
             "cost_per_gpu_hour": per(self.effective_micros, self.gpu_ns / 3.6e12, 1),
             "idle_share": round(self.idle_micros / (self.effective_micros or 1), 4)
-            if self.idle_micros else 0.0,
+            if self.idle_micros
+            else 0.0,
         }
 
 
-def unit_costs(engine: Engine, *, month: str, start: datetime, end: datetime,
-               by: Sequence[str], team: str | None = None) -> list[CostLine]:
+def unit_costs(
+    engine: Engine,
+    *,
+    month: str,
+    start: datetime,
+    end: datetime,
+    by: Sequence[str],
+    team: str | None = None,
+) -> list[CostLine]:
     """Cost lines grouped by ``by`` (dimensions or ``tag:KEY``); ``team`` filters to one team."""
     for dimension in by:
         if dimension not in DIMENSIONS and not dimension.startswith("tag:"):
-            raise ValueError(f"cannot group by {dimension!r}; use one of "
-                             f"{', '.join(DIMENSIONS)} or tag:KEY")
+            raise ValueError(
+                f"cannot group by {dimension!r}; use one of {', '.join(DIMENSIONS)} or tag:KEY"
+            )
     with Session(engine) as session:
-        run_id = session.scalar(select(AllocationRun.id).where(
-            AllocationRun.month == month, AllocationRun.status == "current"))
+        run_id = session.scalar(
+            select(AllocationRun.id).where(
+                AllocationRun.month == month, AllocationRun.status == "current"
+            )
+        )
         usage = _usage(session, start, end, team)
         cost_by_event = _cost_by_event(session, run_id)
         other = _other_entries(session, run_id, team)
@@ -115,24 +132,41 @@ def _usage(session: Session, start: datetime, end: datetime, team: str | None) -
 def _cost_by_event(session: Session, run_id: int | None) -> dict[str, tuple[int, int]]:
     if run_id is None:
         return {}
-    return {str(event): (int(eff), int(billed)) for event, eff, billed in session.execute(
-        select(LedgerEntry.event_id, func.sum(LedgerEntry.effective_cost_micros),
-               func.sum(LedgerEntry.billed_cost_micros))
-        .where(LedgerEntry.run_id == run_id, LedgerEntry.event_id.is_not(None))
-        .group_by(LedgerEntry.event_id))}
+    return {
+        str(event): (int(eff), int(billed))
+        for event, eff, billed in session.execute(
+            select(
+                LedgerEntry.event_id,
+                func.sum(LedgerEntry.effective_cost_micros),
+                func.sum(LedgerEntry.billed_cost_micros),
+            )
+            .where(LedgerEntry.run_id == run_id, LedgerEntry.event_id.is_not(None))
+            .group_by(LedgerEntry.event_id)
+        )
+    }
 
 
-def _other_entries(session: Session, run_id: int | None,
-                   team: str | None) -> list[tuple[str, str | None, str | None, int, int]]:
+def _other_entries(
+    session: Session, run_id: int | None, team: str | None
+) -> list[tuple[str, str | None, str | None, int, int]]:
     """Entries not tied to a request: idle, shared (team-level) and unallocated."""
     if run_id is None:
         return []
-    query = (select(LedgerEntry.kind, LedgerEntry.deployment, LedgerEntry.team,
-                    func.sum(LedgerEntry.effective_cost_micros),
-                    func.sum(LedgerEntry.billed_cost_micros))
-             .where(LedgerEntry.run_id == run_id, LedgerEntry.event_id.is_(None),
-                    LedgerEntry.kind != "adjustment")
-             .group_by(LedgerEntry.kind, LedgerEntry.deployment, LedgerEntry.team))
+    query = (
+        select(
+            LedgerEntry.kind,
+            LedgerEntry.deployment,
+            LedgerEntry.team,
+            func.sum(LedgerEntry.effective_cost_micros),
+            func.sum(LedgerEntry.billed_cost_micros),
+        )
+        .where(
+            LedgerEntry.run_id == run_id,
+            LedgerEntry.event_id.is_(None),
+            LedgerEntry.kind != "adjustment",
+        )
+        .group_by(LedgerEntry.kind, LedgerEntry.deployment, LedgerEntry.team)
+    )
     if team is not None:  # a team sees only its own shared costs
         query = query.where(LedgerEntry.team == team)
     return [(k, d, t, int(e), int(b)) for k, d, t, e, b in session.execute(query)]
@@ -142,14 +176,23 @@ def _key_of(record: UsageRecord, dimension: str) -> str:
     if dimension.startswith("tag:"):
         value = (record.tags or {}).get(dimension[4:])
         return "(untagged)" if value is None else str(value)
-    value = {"team": record.team, "session": record.session_id,
-             "deployment": record.deployment, "model": record.model,
-             "method": record.spec_method, "cost_center": record.cost_center}[dimension]
+    value = {
+        "team": record.team,
+        "session": record.session_id,
+        "deployment": record.deployment,
+        "model": record.model,
+        "method": record.spec_method,
+        "cost_center": record.cost_center,
+    }[dimension]
     return "(none)" if value is None else str(value)
 
 
-def _add_usage(lines: dict[tuple[str, ...], CostLine], usage: list[UsageRecord],
-               cost_by_event: dict[str, tuple[int, int]], by: Sequence[str]) -> None:
+def _add_usage(
+    lines: dict[tuple[str, ...], CostLine],
+    usage: list[UsageRecord],
+    cost_by_event: dict[str, tuple[int, int]],
+    by: Sequence[str],
+) -> None:
     if not usage:
         return
     keys = [tuple(_key_of(r, d) for d in by) for r in usage]
@@ -158,8 +201,10 @@ def _add_usage(lines: dict[tuple[str, ...], CostLine], usage: list[UsageRecord],
     finished = to_ns([r.finished_at for r in usage])
     # Session-seconds: the union of each session's request intervals, within each line.
     pair_ids: dict[tuple[tuple[str, ...], str], int] = {}
-    pair_index = np.array([pair_ids.setdefault((k, s), len(pair_ids))
-                           for k, s in zip(keys, sessions, strict=True)], np.int64)
+    pair_index = np.array(
+        [pair_ids.setdefault((k, s), len(pair_ids)) for k, s in zip(keys, sessions, strict=True)],
+        np.int64,
+    )
     union_ns = session_totals_arrays(pair_index, arrived, finished, n_sessions=len(pair_ids))
     for (key, _), index in pair_ids.items():
         lines.setdefault(key, CostLine(key)).session_ns += int(union_ns[index])

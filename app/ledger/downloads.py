@@ -29,8 +29,14 @@ class Download:
     media_type: str
 
 
-def chargeback_file(engine: Engine, *, month: str, fmt: ChargebackFormat, team: str | None,
-                    by_cost_center: bool = False) -> Download:
+def chargeback_file(
+    engine: Engine,
+    *,
+    month: str,
+    fmt: ChargebackFormat,
+    team: str | None,
+    by_cost_center: bool = False,
+) -> Download:
     """The month's chargeback in ``fmt``; ``team`` keeps only that team's lines."""
     if fmt in (ChargebackFormat.focus_csv, ChargebackFormat.focus_parquet):
         table = focus_allocation_table(engine, month, team=team)

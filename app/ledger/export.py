@@ -29,14 +29,17 @@ def chargeback_table(lines: Sequence[CostLine], by: Sequence[str], month: str) -
     """One row per line, money as exact decimals."""
     records = [line.to_json(by) for line in lines]
     columns: dict[str, list[Any]] = {"month": [month] * len(records)}
-    for name in (records[0] if records else {"effective_cost": None}):
+    for name in records[0] if records else {"effective_cost": None}:
         columns[name] = [r.get(name) for r in records]
     table = pa.table({name: pa.array(values) for name, values in columns.items()})
     for name in table.column_names:
         if name in ("effective_cost", "billed_cost") or name.startswith("cost_per_"):
             index = table.schema.get_field_index(name)
-            table = table.set_column(index, name, pa.array(
-                [None if v is None else Decimal(v) for v in columns[name]], MONEY))
+            table = table.set_column(
+                index,
+                name,
+                pa.array([None if v is None else Decimal(v) for v in columns[name]], MONEY),
+            )
     return table
 
 
@@ -57,17 +60,23 @@ def focus_allocation_table(engine: Engine, month: str, *, team: str | None = Non
     closed month (they have no source row) become ``Correction`` rows of their own.
     """
     with Session(engine) as session:
-        run_id = session.scalar(select(AllocationRun.id).where(
-            AllocationRun.month == month, AllocationRun.status == "current"))
-        query = (select(LedgerEntry, BillingRow)
-                 .join(BillingRow, BillingRow.id == LedgerEntry.billing_row_id)
-                 .where(LedgerEntry.run_id == run_id)
-                 .order_by(LedgerEntry.billing_row_id, LedgerEntry.id))
+        run_id = session.scalar(
+            select(AllocationRun.id).where(
+                AllocationRun.month == month, AllocationRun.status == "current"
+            )
+        )
+        query = (
+            select(LedgerEntry, BillingRow)
+            .join(BillingRow, BillingRow.id == LedgerEntry.billing_row_id)
+            .where(LedgerEntry.run_id == run_id)
+            .order_by(LedgerEntry.billing_row_id, LedgerEntry.id)
+        )
         pairs = session.execute(query).all()
         adjustments = session.scalars(
-            select(LedgerEntry).where(LedgerEntry.run_id == run_id,
-                                      LedgerEntry.billing_row_id.is_(None))
-            .order_by(LedgerEntry.id)).all()
+            select(LedgerEntry)
+            .where(LedgerEntry.run_id == run_id, LedgerEntry.billing_row_id.is_(None))
+            .order_by(LedgerEntry.id)
+        ).all()
     by_row: dict[int, list[tuple[LedgerEntry, BillingRow]]] = {}
     for entry, row in pairs:
         by_row.setdefault(row.id, []).append((entry, row))
@@ -92,22 +101,31 @@ def _focus_rows(shares: list[tuple[LedgerEntry, BillingRow]], run_id: int) -> li
     out = []
     for i, (entry, _) in enumerate(shares):
         record = dict(base)
-        record.update({
-            "BilledCost": micros_to_decimal(entry.billed_cost_micros),
-            "EffectiveCost": micros_to_decimal(entry.effective_cost_micros),
-            "ListCost": micros_to_decimal(split_list.get(i, 0)),
-            "ContractedCost": micros_to_decimal(split_contracted.get(i, 0)),
-            "AllocatedMethodId": None if entry.kind == "unallocated" else
-            f"specledger:{entry.method.replace('_', '-')}",
-            "AllocatedMethodDetails": None if entry.kind == "unallocated" else json.dumps({
-                "x_Kind": entry.kind, "x_BasisGpuNanoseconds": entry.gpu_ns,
-                "x_AllocationRunId": run_id}),
-            "AllocatedResourceId": entry.event_id or (
-                f"idle:{entry.deployment}" if entry.kind == "idle" else None),
-            "AllocatedResourceName": entry.session_id,
-            "AllocatedTags": _allocated_tags(entry),
-            "x_SourceBillingRowId": row.id,
-        })
+        record.update(
+            {
+                "BilledCost": micros_to_decimal(entry.billed_cost_micros),
+                "EffectiveCost": micros_to_decimal(entry.effective_cost_micros),
+                "ListCost": micros_to_decimal(split_list.get(i, 0)),
+                "ContractedCost": micros_to_decimal(split_contracted.get(i, 0)),
+                "AllocatedMethodId": None
+                if entry.kind == "unallocated"
+                else f"specledger:{entry.method.replace('_', '-')}",
+                "AllocatedMethodDetails": None
+                if entry.kind == "unallocated"
+                else json.dumps(
+                    {
+                        "x_Kind": entry.kind,
+                        "x_BasisGpuNanoseconds": entry.gpu_ns,
+                        "x_AllocationRunId": run_id,
+                    }
+                ),
+                "AllocatedResourceId": entry.event_id
+                or (f"idle:{entry.deployment}" if entry.kind == "idle" else None),
+                "AllocatedResourceName": entry.session_id,
+                "AllocatedTags": _allocated_tags(entry),
+                "x_SourceBillingRowId": row.id,
+            }
+        )
         out.append(record)
     return out
 
@@ -117,14 +135,29 @@ def _focus_time(value: datetime) -> str:
 
 
 def _allocated_tags(entry: LedgerEntry) -> str:
-    return json.dumps({k: v for k, v in {"team": entry.team, "session": entry.session_id,
-                                         "deployment": entry.deployment}.items()
-                       if v is not None})
+    return json.dumps(
+        {
+            k: v
+            for k, v in {
+                "team": entry.team,
+                "session": entry.session_id,
+                "deployment": entry.deployment,
+            }.items()
+            if v is not None
+        }
+    )
 
 
-_PAYER_COLUMNS = ("BillingAccountId", "BillingAccountName", "BillingAccountType",
-                  "InvoiceIssuerName", "ProviderName", "PublisherName", "ServiceProviderName",
-                  "HostProviderName")
+_PAYER_COLUMNS = (
+    "BillingAccountId",
+    "BillingAccountName",
+    "BillingAccountType",
+    "InvoiceIssuerName",
+    "ProviderName",
+    "PublisherName",
+    "ServiceProviderName",
+    "HostProviderName",
+)
 
 
 def _payer_columns(row: BillingRow) -> dict[str, Any]:
@@ -132,30 +165,40 @@ def _payer_columns(row: BillingRow) -> dict[str, Any]:
     return {name: source.get(name) for name in _PAYER_COLUMNS if source.get(name) is not None}
 
 
-def _adjustment_row(entry: LedgerEntry, month: str, payer: dict[str, Any],
-                    run_id: int) -> dict[str, Any]:
+def _adjustment_row(
+    entry: LedgerEntry, month: str, payer: dict[str, Any], run_id: int
+) -> dict[str, Any]:
     """A restatement booked in ``month``: the change to a closed month's allocation after
     its billing was re-delivered. List and contracted cost are not restated (zero)."""
     start, end = month_bounds(month)
     adjusted_kind = entry.method.split(":", 1)[-1]
     return {
         **payer,
-        "BillingPeriodStart": _focus_time(start), "BillingPeriodEnd": _focus_time(end),
+        "BillingPeriodStart": _focus_time(start),
+        "BillingPeriodEnd": _focus_time(end),
         "ChargePeriodStart": _focus_time(entry.charge_period_start)
-        if entry.charge_period_start else None,
+        if entry.charge_period_start
+        else None,
         "ChargePeriodEnd": _focus_time(entry.charge_period_end)
-        if entry.charge_period_end else None,
-        "ChargeCategory": "Adjustment", "ChargeClass": "Correction",
+        if entry.charge_period_end
+        else None,
+        "ChargeCategory": "Adjustment",
+        "ChargeClass": "Correction",
         "ChargeDescription": f"SpecLedger restatement of {entry.corrects_month} "
-                             f"({adjusted_kind} share) after its billing was re-delivered",
+        f"({adjusted_kind} share) after its billing was re-delivered",
         "BillingCurrency": entry.currency,
         "BilledCost": micros_to_decimal(entry.billed_cost_micros),
         "EffectiveCost": micros_to_decimal(entry.effective_cost_micros),
-        "ListCost": Decimal(0), "ContractedCost": Decimal(0),
+        "ListCost": Decimal(0),
+        "ContractedCost": Decimal(0),
         "AllocatedMethodId": "specledger:restatement",
-        "AllocatedMethodDetails": json.dumps({
-            "x_Kind": adjusted_kind, "x_CorrectsMonth": entry.corrects_month,
-            "x_AllocationRunId": run_id}),
+        "AllocatedMethodDetails": json.dumps(
+            {
+                "x_Kind": adjusted_kind,
+                "x_CorrectsMonth": entry.corrects_month,
+                "x_AllocationRunId": run_id,
+            }
+        ),
         "AllocatedResourceId": f"idle:{entry.deployment}" if adjusted_kind == "idle" else None,
         "AllocatedResourceName": entry.session_id,
         "AllocatedTags": _allocated_tags(entry),

@@ -55,8 +55,10 @@ class Reconciliation:
         for currency in set(self.bill) | set(sums):
             bill = self.bill.get(currency, Line())
             kinds = sums.get(currency, {})
-            if (sum(v.effective for v in kinds.values()) != bill.effective
-                    or sum(v.billed for v in kinds.values()) != bill.billed):
+            if (
+                sum(v.effective for v in kinds.values()) != bill.effective
+                or sum(v.billed for v in kinds.values()) != bill.billed
+            ):
                 return False
         return self.pending_rows == 0
 
@@ -64,19 +66,26 @@ class Reconciliation:
         sums = self.by_currency()
         deployments: dict[str, dict[str, dict[str, dict[str, str]]]] = defaultdict(dict)
         for (currency, deployment, kind), line in sorted(
-                self.ledger.items(), key=lambda kv: tuple(str(x) for x in kv[0])):
+            self.ledger.items(), key=lambda kv: tuple(str(x) for x in kv[0])
+        ):
             deployments[currency].setdefault(deployment or "(none)", {})[kind] = line.to_json()
         return {
-            "month": self.month, "run_id": self.run_id, "balanced": self.balanced,
+            "month": self.month,
+            "run_id": self.run_id,
+            "balanced": self.balanced,
             "pending_rows": self.pending_rows,
             "currencies": {
-                currency: {"bill": self.bill.get(currency, Line()).to_json(),
-                           **{k: v.to_json() for k, v in sums.get(currency, {}).items()}}
+                currency: {
+                    "bill": self.bill.get(currency, Line()).to_json(),
+                    **{k: v.to_json() for k, v in sums.get(currency, {}).items()},
+                }
                 for currency in sorted(set(self.bill) | set(sums))
             },
             "deployments": deployments,
-            "adjustments": [{"currency": c, "corrects_month": m, **line.to_json()}
-                            for (c, m), line in sorted(self.adjustments.items())],
+            "adjustments": [
+                {"currency": c, "corrects_month": m, **line.to_json()}
+                for (c, m), line in sorted(self.adjustments.items())
+            ],
             "unallocated_rows": self.unallocated_rows,
         }
 
@@ -85,81 +94,132 @@ def reconcile(engine: Engine, month: str) -> Reconciliation:
     """Compare a month's bill with its ledger, per currency and deployment."""
     start, _ = month_bounds(month)
     with Session(engine) as session:
-        run_id = session.scalar(select(AllocationRun.id).where(
-            AllocationRun.month == month, AllocationRun.status == "current"))
+        run_id = session.scalar(
+            select(AllocationRun.id).where(
+                AllocationRun.month == month, AllocationRun.status == "current"
+            )
+        )
         result = Reconciliation(month, run_id)
-        current_rows = (select(BillingRow.id, BillingRow.billing_currency,
-                               BillingRow.effective_cost_micros, BillingRow.billed_cost_micros)
-                        .join(BillingDelivery, BillingDelivery.id == BillingRow.delivery_id)
-                        .where(BillingDelivery.superseded_at.is_(None),
-                               BillingRow.billing_period_start == start)).subquery()
+        current_rows = (
+            select(
+                BillingRow.id,
+                BillingRow.billing_currency,
+                BillingRow.effective_cost_micros,
+                BillingRow.billed_cost_micros,
+            )
+            .join(BillingDelivery, BillingDelivery.id == BillingRow.delivery_id)
+            .where(
+                BillingDelivery.superseded_at.is_(None), BillingRow.billing_period_start == start
+            )
+        ).subquery()
         for currency, eff, billed in session.execute(
-                select(current_rows.c.billing_currency,
-                       func.sum(func.coalesce(current_rows.c.effective_cost_micros, 0)),
-                       func.sum(func.coalesce(current_rows.c.billed_cost_micros, 0)))
-                .group_by(current_rows.c.billing_currency)):
+            select(
+                current_rows.c.billing_currency,
+                func.sum(func.coalesce(current_rows.c.effective_cost_micros, 0)),
+                func.sum(func.coalesce(current_rows.c.billed_cost_micros, 0)),
+            ).group_by(current_rows.c.billing_currency)
+        ):
             result.bill[currency or ""] = Line(int(eff), int(billed))
         if run_id is None:
-            result.pending_rows = session.scalar(select(func.count()).select_from(current_rows)) or 0
+            result.pending_rows = (
+                session.scalar(select(func.count()).select_from(current_rows)) or 0
+            )
             return result
         for currency, deployment, kind, eff, billed in session.execute(
-                select(LedgerEntry.currency, LedgerEntry.deployment, LedgerEntry.kind,
-                       func.sum(LedgerEntry.effective_cost_micros),
-                       func.sum(LedgerEntry.billed_cost_micros))
-                .where(LedgerEntry.run_id == run_id, LedgerEntry.kind != "adjustment")
-                .group_by(LedgerEntry.currency, LedgerEntry.deployment, LedgerEntry.kind)):
+            select(
+                LedgerEntry.currency,
+                LedgerEntry.deployment,
+                LedgerEntry.kind,
+                func.sum(LedgerEntry.effective_cost_micros),
+                func.sum(LedgerEntry.billed_cost_micros),
+            )
+            .where(LedgerEntry.run_id == run_id, LedgerEntry.kind != "adjustment")
+            .group_by(LedgerEntry.currency, LedgerEntry.deployment, LedgerEntry.kind)
+        ):
             result.ledger[(currency, deployment, kind)] = Line(int(eff), int(billed))
         for currency, corrects, eff, billed in session.execute(
-                select(LedgerEntry.currency, LedgerEntry.corrects_month,
-                       func.sum(LedgerEntry.effective_cost_micros),
-                       func.sum(LedgerEntry.billed_cost_micros))
-                .where(LedgerEntry.run_id == run_id, LedgerEntry.kind == "adjustment")
-                .group_by(LedgerEntry.currency, LedgerEntry.corrects_month)):
+            select(
+                LedgerEntry.currency,
+                LedgerEntry.corrects_month,
+                func.sum(LedgerEntry.effective_cost_micros),
+                func.sum(LedgerEntry.billed_cost_micros),
+            )
+            .where(LedgerEntry.run_id == run_id, LedgerEntry.kind == "adjustment")
+            .group_by(LedgerEntry.currency, LedgerEntry.corrects_month)
+        ):
             result.adjustments[(currency, corrects or "")] = Line(int(eff), int(billed))
         allocated_ids = select(LedgerEntry.billing_row_id).where(
-            LedgerEntry.run_id == run_id, LedgerEntry.billing_row_id.is_not(None))
-        result.pending_rows = session.scalar(
-            select(func.count()).select_from(current_rows)
-            .where(current_rows.c.id.not_in(allocated_ids))) or 0
+            LedgerEntry.run_id == run_id, LedgerEntry.billing_row_id.is_not(None)
+        )
+        result.pending_rows = (
+            session.scalar(
+                select(func.count())
+                .select_from(current_rows)
+                .where(current_rows.c.id.not_in(allocated_ids))
+            )
+            or 0
+        )
         result.unallocated_rows = [
-            {"billing_row_id": r.id, "charge_period_start": f"{r.charge_period_start:%Y-%m-%dT%H:%M:%SZ}"
-             if r.charge_period_start else None, "charge_category": r.charge_category,
-             "service_name": r.service_name, "resource_id": r.resource_id, "tags": r.tags,
-             "description": r.charge_description, "currency": r.billing_currency,
-             "effective": format_micros(r.effective_cost_micros or 0),
-             "billed": format_micros(r.billed_cost_micros or 0)}
+            {
+                "billing_row_id": r.id,
+                "charge_period_start": f"{r.charge_period_start:%Y-%m-%dT%H:%M:%SZ}"
+                if r.charge_period_start
+                else None,
+                "charge_category": r.charge_category,
+                "service_name": r.service_name,
+                "resource_id": r.resource_id,
+                "tags": r.tags,
+                "description": r.charge_description,
+                "currency": r.billing_currency,
+                "effective": format_micros(r.effective_cost_micros or 0),
+                "billed": format_micros(r.billed_cost_micros or 0),
+            }
             for r in session.execute(
-                select(BillingRow).join(LedgerEntry, LedgerEntry.billing_row_id == BillingRow.id)
+                select(BillingRow)
+                .join(LedgerEntry, LedgerEntry.billing_row_id == BillingRow.id)
                 .where(LedgerEntry.run_id == run_id, LedgerEntry.kind == "unallocated")
-                .order_by(BillingRow.id)).scalars()
+                .order_by(BillingRow.id)
+            ).scalars()
         ]
     return result
 
 
 def reconciliation_text(result: Reconciliation) -> str:
-    lines = [f"Reconciliation {result.month} (run {result.run_id or 'none'}): "
-             + ("BALANCED" if result.balanced else "NOT BALANCED")]
+    lines = [
+        f"Reconciliation {result.month} (run {result.run_id or 'none'}): "
+        + ("BALANCED" if result.balanced else "NOT BALANCED")
+    ]
     for currency, kinds in sorted(result.by_currency().items()):
         bill = result.bill.get(currency, Line())
         allocated = kinds["request"].effective + kinds["shared"].effective
-        lines.append(f"  {currency} bill {format_micros(bill.effective)} = allocated "
-                     f"{format_micros(allocated)} + idle {format_micros(kinds['idle'].effective)}"
-                     f" + unallocated {format_micros(kinds['unallocated'].effective)}  "
-                     f"(EffectiveCost; BilledCost bill {format_micros(bill.billed)})")
+        lines.append(
+            f"  {currency} bill {format_micros(bill.effective)} = allocated "
+            f"{format_micros(allocated)} + idle {format_micros(kinds['idle'].effective)}"
+            f" + unallocated {format_micros(kinds['unallocated'].effective)}  "
+            f"(EffectiveCost; BilledCost bill {format_micros(bill.billed)})"
+        )
     for (currency, deployment, kind), line in sorted(
-            result.ledger.items(), key=lambda kv: tuple(str(x) for x in kv[0])):
-        lines.append(f"    {deployment or '(no deployment)':<24} {kind:<12} {currency} "
-                     f"{format_micros(line.effective)}")
+        result.ledger.items(), key=lambda kv: tuple(str(x) for x in kv[0])
+    ):
+        lines.append(
+            f"    {deployment or '(no deployment)':<24} {kind:<12} {currency} "
+            f"{format_micros(line.effective)}"
+        )
     for (currency, corrects), line in sorted(result.adjustments.items()):
-        lines.append(f"  adjustments correcting {corrects}: {currency} "
-                     f"{format_micros(line.effective)}")
+        lines.append(
+            f"  adjustments correcting {corrects}: {currency} {format_micros(line.effective)}"
+        )
     if result.pending_rows:
-        lines.append(f"  {result.pending_rows} billing row(s) have no entries: billing changed "
-                     f"since the run; run `specledger allocate --month {result.month}`")
+        lines.append(
+            f"  {result.pending_rows} billing row(s) have no entries: billing changed "
+            f"since the run; run `specledger allocate --month {result.month}`"
+        )
     if result.unallocated_rows:
         lines.append("  Unallocated rows (no deployment matched):")
         for row in result.unallocated_rows[:50]:
-            lines.append(f"    #{row['billing_row_id']} {row['charge_category']} "
-                         f"{row['service_name']} {row['resource_id'] or ''} "
-                         f"{row['currency']} {row['effective']}  {row['description'] or ''}")
+            lines.append(
+                f"    #{row['billing_row_id']} {row['charge_category']} "
+                f"{row['service_name']} {row['resource_id'] or ''} "
+                f"{row['currency']} {row['effective']}  {row['description'] or ''}"
+            )
     return "\n".join(lines)

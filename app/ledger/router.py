@@ -24,19 +24,30 @@ from app.responses import Format, csv_download, download
 
 router = APIRouter(tags=["ledger"])
 
-TeamQuery = Annotated[str | None, Query(description="Only this team (admin keys; a team key "
-                                        "always sees only its own team).")]
+TeamQuery = Annotated[
+    str | None,
+    Query(description="Only this team (admin keys; a team key always sees only its own team)."),
+]
 
 
-@router.get("/costs", response_model=CostPage, responses={
-    **RESPONSES_READ, 200: {"content": {"text/csv": {}}}})
+@router.get(
+    "/costs",
+    response_model=CostPage,
+    responses={**RESPONSES_READ, 200: {"content": {"text/csv": {}}}},
+)
 def get_costs(
     engine: EngineDep,
     principal: PrincipalDep,
     month: MonthDep,
     page: PageDep,
-    by: Annotated[str, Query(description="Comma-separated: team, session, deployment, model, "
-                             "method, cost_center or tag:KEY.", max_length=400)] = "team",
+    by: Annotated[
+        str,
+        Query(
+            description="Comma-separated: team, session, deployment, model, "
+            "method, cost_center or tag:KEY.",
+            max_length=400,
+        ),
+    ] = "team",
     team: TeamQuery = None,
     format: Annotated[Format, Query(description="json or csv.")] = Format.json,
 ) -> Any:
@@ -44,44 +55,71 @@ def get_costs(
     cost per 1K session-seconds, per 1M tokens and per GPU-hour."""
     dimensions = parse_dimensions(by, "query.by")
     start, end = month_bounds(month)
-    lines = unit_costs(engine, month=month, start=start, end=end, by=list(dimensions),
-                       team=team_scope(principal, team))
+    lines = unit_costs(
+        engine,
+        month=month,
+        start=start,
+        end=end,
+        by=list(dimensions),
+        team=team_scope(principal, team),
+    )
     records = [line.to_json(dimensions) for line in page.slice(lines)]
     if format is Format.csv:
         columns = list(records[0]) if records else [*dimensions, "effective_cost"]
         return csv_download(columns, records, filename=f"costs-{month}.csv")
-    return CostPage(month=month, by=list(dimensions),
-                    items=[CostLineRead.of(record, dimensions) for record in records],
-                    total=len(lines), limit=page.limit, offset=page.offset,
-                    next_offset=page.next_offset(len(lines)))
+    return CostPage(
+        month=month,
+        by=list(dimensions),
+        items=[CostLineRead.of(record, dimensions) for record in records],
+        total=len(lines),
+        limit=page.limit,
+        offset=page.offset,
+        next_offset=page.next_offset(len(lines)),
+    )
 
 
 @router.get("/reconciliation", response_model=ReconciliationRead, responses=RESPONSES_READ)
-def get_reconciliation(engine: EngineDep, month: MonthDep,
-                       _admin: AdminDep) -> ReconciliationRead:
+def get_reconciliation(engine: EngineDep, month: MonthDep, _admin: AdminDep) -> ReconciliationRead:
     """Check that the month's bill equals allocated + idle + unallocated, to the micro
     (admin: it covers the whole bill)."""
     return ReconciliationRead.model_validate(reconcile(engine, month).to_json())
 
 
-@router.get("/chargeback", response_class=Response, responses={
-    **RESPONSES_READ, 200: {"content": {"text/csv": {}, "application/vnd.apache.parquet": {}},
-                            "description": "The chargeback file."}})
+@router.get(
+    "/chargeback",
+    response_class=Response,
+    responses={
+        **RESPONSES_READ,
+        200: {
+            "content": {"text/csv": {}, "application/vnd.apache.parquet": {}},
+            "description": "The chargeback file.",
+        },
+    },
+)
 def get_chargeback(
     engine: EngineDep,
     principal: PrincipalDep,
     month: MonthDep,
-    format: Annotated[downloads.ChargebackFormat, Query(
-        description="csv or parquet (lines per team and deployment), or focus-csv / "
-        "focus-parquet (a FOCUS 1.3 row per allocated share).")] = downloads.ChargebackFormat.csv,
-    by_cost_center: Annotated[bool, Query(description="Lines per cost center instead of "
-                                          "team.")] = False,
+    format: Annotated[
+        downloads.ChargebackFormat,
+        Query(
+            description="csv or parquet (lines per team and deployment), or focus-csv / "
+            "focus-parquet (a FOCUS 1.3 row per allocated share)."
+        ),
+    ] = downloads.ChargebackFormat.csv,
+    by_cost_center: Annotated[
+        bool, Query(description="Lines per cost center instead of team.")
+    ] = False,
     team: TeamQuery = None,
 ) -> Response:
     """Download the month's chargeback; totals equal the reconciliation."""
-    file = downloads.chargeback_file(engine, month=month, fmt=format,
-                                     team=team_scope(principal, team),
-                                     by_cost_center=by_cost_center)
+    file = downloads.chargeback_file(
+        engine,
+        month=month,
+        fmt=format,
+        team=team_scope(principal, team),
+        by_cost_center=by_cost_center,
+    )
     return download(file.content, filename=file.filename, media_type=file.media_type)
 
 
@@ -91,9 +129,15 @@ def get_closures(engine: EngineDep, _principal: PrincipalDep) -> list[ClosureRea
     return [ClosureRead.model_validate(closure) for closure in closed_months(engine)]
 
 
-@router.post("/ledger/closures", response_model=ClosureRead, status_code=201, responses={
-    **RESPONSES_READ, 409: {"model": ErrorBody, "description": "Already closed, or never "
-                            "allocated."}})
+@router.post(
+    "/ledger/closures",
+    response_model=ClosureRead,
+    status_code=201,
+    responses={
+        **RESPONSES_READ,
+        409: {"model": ErrorBody, "description": "Already closed, or never allocated."},
+    },
+)
 def create_closure(body: ClosureCreate, engine: EngineDep, _admin: AdminDep) -> ClosureRead:
     """Close a month: its ledger can never change again (admin)."""
     try:

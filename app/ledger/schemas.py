@@ -7,8 +7,14 @@ from pydantic import ConfigDict, Field
 
 from app.schemas import Amount, PageMeta, Schema
 
-_MONEY_FIELDS = ("effective_cost", "billed_cost", "cost_per_1k_session_seconds",
-                 "cost_per_1m_output_tokens", "cost_per_1m_tokens", "cost_per_gpu_hour")
+_MONEY_FIELDS = (
+    "effective_cost",
+    "billed_cost",
+    "cost_per_1k_session_seconds",
+    "cost_per_1m_output_tokens",
+    "cost_per_1m_tokens",
+    "cost_per_gpu_hour",
+)
 
 
 class CostLineRead(Schema):

@@ -24,13 +24,21 @@ def close_month(engine: Engine, month: str, *, now: datetime | None = None) -> L
     with Session(engine, expire_on_commit=False) as session, session.begin():
         if session.get(LedgerClosure, month):
             raise CloseError(f"{month} is already closed")
-        run_id = session.scalar(select(AllocationRun.id).where(
-            AllocationRun.month == month, AllocationRun.status == "current"))
+        run_id = session.scalar(
+            select(AllocationRun.id).where(
+                AllocationRun.month == month, AllocationRun.status == "current"
+            )
+        )
         if run_id is None:
-            raise CloseError(f"{month} has no allocation: run `specledger allocate --month "
-                             f"{month}` first")
-        closure = LedgerClosure(month=month, closed_at=now or datetime.now(UTC), run_id=run_id,
-                                billing_fingerprint=billing_fingerprint(session, start))
+            raise CloseError(
+                f"{month} has no allocation: run `specledger allocate --month {month}` first"
+            )
+        closure = LedgerClosure(
+            month=month,
+            closed_at=now or datetime.now(UTC),
+            run_id=run_id,
+            billing_fingerprint=billing_fingerprint(session, start),
+        )
         session.add(closure)
     return closure
 

@@ -7,5 +7,17 @@ from app.models.ledger import AllocationRun, LedgerClosure, LedgerEntry
 from app.models.sweep import Sweep, SweepPointRecord
 from app.models.usage import ReplicaIdle, UsageRecord
 
-__all__ = ["AllocationRun", "ApiKey", "BillingDelivery", "BillingRow", "Deployment",
-           "LedgerClosure", "LedgerEntry", "Replica", "ReplicaIdle", "Sweep", "SweepPointRecord", "UsageRecord"]
+__all__ = [
+    "AllocationRun",
+    "ApiKey",
+    "BillingDelivery",
+    "BillingRow",
+    "Deployment",
+    "LedgerClosure",
+    "LedgerEntry",
+    "Replica",
+    "ReplicaIdle",
+    "Sweep",
+    "SweepPointRecord",
+    "UsageRecord",
+]

@@ -13,8 +13,10 @@ class ApiKey(Base):
 
     __tablename__ = "api_keys"
     __table_args__ = (
-        CheckConstraint("(is_admin AND team IS NULL) OR (NOT is_admin AND team IS NOT NULL)",
-                        name="admin_xor_team"),
+        CheckConstraint(
+            "(is_admin AND team IS NULL) OR (NOT is_admin AND team IS NOT NULL)",
+            name="admin_xor_team",
+        ),
     )
 
     id: Mapped[int] = mapped_column(BigIntId, primary_key=True, autoincrement=True)

@@ -53,7 +53,8 @@ class BillingDelivery(Base):
 # Only the loader writes both, for one delivery, in one transaction; deliveries are never
 # deleted, and every query goes through the (current) deliveries of a billing period first.
 billing_row_values = Table(
-    "billing_rows", Base.metadata,
+    "billing_rows",
+    Base.metadata,
     Column("id", BigIntId, primary_key=True, autoincrement=True),
     Column("delivery_id", BigInteger, nullable=False),
     Column("attributes_id", BigInteger, nullable=False),
@@ -70,7 +71,8 @@ billing_row_values = Table(
 )
 
 billing_row_attributes = Table(
-    "billing_row_attributes", Base.metadata,
+    "billing_row_attributes",
+    Base.metadata,
     Column("id", BigIntId, primary_key=True, autoincrement=True),
     Column("delivery_id", BigInteger, nullable=False),
     Column("source_file", String(1024), nullable=False),
@@ -107,15 +109,20 @@ class BillingRow(Base):
     """One FOCUS cost-and-usage row, normalised, as read (the join of its two parts; the
     loader writes the parts). Money in integer micros of billing_currency."""
 
-    __table__ = join(billing_row_values, billing_row_attributes,
-                     billing_row_values.c.attributes_id == billing_row_attributes.c.id)
+    __table__ = join(
+        billing_row_values,
+        billing_row_attributes,
+        billing_row_values.c.attributes_id == billing_row_attributes.c.id,
+    )
     __mapper_args__ = {"primary_key": [billing_row_values.c.id]}  # noqa: RUF012
 
     id: Mapped[int] = column_property(billing_row_values.c.id)
-    delivery_id: Mapped[int] = column_property(billing_row_values.c.delivery_id,
-                                               billing_row_attributes.c.delivery_id)
-    attributes_id: Mapped[int] = column_property(billing_row_values.c.attributes_id,
-                                                 billing_row_attributes.c.id)
+    delivery_id: Mapped[int] = column_property(
+        billing_row_values.c.delivery_id, billing_row_attributes.c.delivery_id
+    )
+    attributes_id: Mapped[int] = column_property(
+        billing_row_values.c.attributes_id, billing_row_attributes.c.id
+    )
     source_file: Mapped[str]
     source_row: Mapped[int]
     """1-based data row number in ``source_file`` (the header is not counted)."""

@@ -20,57 +20,79 @@ from app.sweeps.schemas import (
 router = APIRouter(prefix="/breakeven", tags=["breakeven"])
 tiers_router = APIRouter(prefix="/tiers", tags=["tiers"])
 
-SweepQuery = Annotated[int | None, Query(description="Take acceptance and the TPOT tail from "
-                                         "this fitted sweep (default: the catalog's "
-                                         "assumptions).")]
+SweepQuery = Annotated[
+    int | None,
+    Query(
+        description="Take acceptance and the TPOT tail from "
+        "this fitted sweep (default: the catalog's "
+        "assumptions)."
+    ),
+]
 
 
 def _read(summary: service.SweepSummary) -> SweepRead:
     sweep = summary.sweep
     crossing = (sweep.fit or {}).get("breakeven_concurrency")
-    return SweepRead(id=sweep.id, name=sweep.name, deployment=sweep.deployment,
-                     created_at=sweep.created_at, points=summary.points, fitted=bool(sweep.fit),
-                     breakeven_concurrency=crossing if isinstance(crossing, int | float)
-                     else None)
+    return SweepRead(
+        id=sweep.id,
+        name=sweep.name,
+        deployment=sweep.deployment,
+        created_at=sweep.created_at,
+        points=summary.points,
+        fitted=bool(sweep.fit),
+        breakeven_concurrency=crossing if isinstance(crossing, int | float) else None,
+    )
 
 
 @router.get("/sweeps", response_model=list[SweepRead], responses=RESPONSES_READ)
-def list_sweeps(session: SessionDep, _principal: PrincipalDep,
-                deployment: str | None = None) -> list[SweepRead]:
+def list_sweeps(
+    session: SessionDep, _principal: PrincipalDep, deployment: str | None = None
+) -> list[SweepRead]:
     """Load sweeps, newest first."""
     return [_read(s) for s in service.list_sweeps(session, deployment=deployment)]
 
 
-@router.get("/sweeps/{sweep_id}", response_model=SweepDetail, responses={
-    **RESPONSES_READ, 404: {"model": ErrorBody}})
+@router.get(
+    "/sweeps/{sweep_id}",
+    response_model=SweepDetail,
+    responses={**RESPONSES_READ, 404: {"model": ErrorBody}},
+)
 def get_sweep(sweep_id: int, session: SessionDep, _principal: PrincipalDep) -> SweepDetail:
     """One sweep with its measured points."""
     found = service.get_sweep(session, sweep_id)
     if found is None:
         raise NotFound(f"no sweep {sweep_id}")
     sweep, points = found
-    return SweepDetail(**_read(service.SweepSummary(sweep, len(points))).model_dump(),
-                       settings=sweep.settings or {},
-                       point_list=[SweepPointRead.model_validate(p) for p in points])
+    return SweepDetail(
+        **_read(service.SweepSummary(sweep, len(points))).model_dump(),
+        settings=sweep.settings or {},
+        point_list=[SweepPointRead.model_validate(p) for p in points],
+    )
 
 
-@router.get("/sweeps/{sweep_id}/fit", response_model=FitRead, responses={
-    **RESPONSES_READ, 404: {"model": ErrorBody}})
+@router.get(
+    "/sweeps/{sweep_id}/fit",
+    response_model=FitRead,
+    responses={**RESPONSES_READ, 404: {"model": ErrorBody}},
+)
 def get_fit(
     sweep_id: int,
     session: SessionDep,
     _principal: PrincipalDep,
-    refit: Annotated[bool, Query(description="Fit now even if a fit is stored (the result "
-                                 "is not stored).")] = False,
-    bootstrap: Annotated[int, Query(ge=0, le=2000, description="Bootstrap replicates for "
-                                    "the interval of a refit.")] = 200,
+    refit: Annotated[
+        bool, Query(description="Fit now even if a fit is stored (the result is not stored).")
+    ] = False,
+    bootstrap: Annotated[
+        int, Query(ge=0, le=2000, description="Bootstrap replicates for the interval of a refit.")
+    ] = 200,
     seed: Annotated[int, Query(ge=0, description="Seed of a refit's bootstrap.")] = 0,
 ) -> FitRead:
     """The sweep's breakeven fit: the breakeven concurrency with its interval, the
     inflection, and the k schedule for vLLM."""
     try:
-        result = service.sweep_fit(session, sweep_id, refit=refit, bootstrap_samples=bootstrap,
-                                   seed=seed)
+        result = service.sweep_fit(
+            session, sweep_id, refit=refit, bootstrap_samples=bootstrap, seed=seed
+        )
     except service.UnfittableSweep as exc:
         raise Unprocessable(str(exc)) from None
     if result is None:
@@ -79,16 +101,19 @@ def get_fit(
     crossing, interval = fit.get("breakeven_concurrency"), fit.get("breakeven_ci")
     knee = fit.get("inflection_concurrency")
     return FitRead(
-        sweep_id=sweep_id, computed_now=computed, config=fit.get("config"),
+        sweep_id=sweep_id,
+        computed_now=computed,
+        config=fit.get("config"),
         breakeven_concurrency=crossing if isinstance(crossing, int | float) else None,
         breakeven_ci=list(interval) if isinstance(interval, list | tuple) else None,
         schedule=[[int(x) for x in band] for band in fit.get("schedule") or []],
-        inflection_concurrency=knee if isinstance(knee, int | float) else None, fit=fit)
+        inflection_concurrency=knee if isinstance(knee, int | float) else None,
+        fit=fit,
+    )
 
 
 @tiers_router.get("", response_model=TiersRead, responses=RESPONSES_READ)
-def get_tiers(session: SessionDep, _principal: PrincipalDep,
-              sweep: SweepQuery = None) -> Any:
+def get_tiers(session: SessionDep, _principal: PrincipalDep, sweep: SweepQuery = None) -> Any:
     """The three maturity tiers: price, modelled replica, and cost per 1K session-seconds
     and per 1M tokens with and without speculation across each tier's session range."""
     try:
@@ -97,21 +122,25 @@ def get_tiers(session: SessionDep, _principal: PrincipalDep,
         raise InvalidParameter("query.sweep", str(exc)) from None
 
 
-@tiers_router.get("/recommendation", response_model=TierRecommendationRead,
-                  responses=RESPONSES_READ)
+@tiers_router.get(
+    "/recommendation", response_model=TierRecommendationRead, responses=RESPONSES_READ
+)
 def get_tier_recommendation(
     session: SessionDep,
     _principal: PrincipalDep,
-    concurrency: Annotated[int, Query(ge=1, le=1_000_000, description="Concurrent sessions "
-                                      "to serve.")],
-    tpot_p90: Annotated[float, Query(gt=0, le=60, description="Target p90 time per output "
-                                     "token, seconds.")],
+    concurrency: Annotated[
+        int, Query(ge=1, le=1_000_000, description="Concurrent sessions to serve.")
+    ],
+    tpot_p90: Annotated[
+        float, Query(gt=0, le=60, description="Target p90 time per output token, seconds.")
+    ],
     sweep: SweepQuery = None,
 ) -> Any:
     """The cheapest tier that meets a TPOT p90 target at a concurrency, with the speculation
     mode to run and the reasoning for every tier."""
     try:
-        return service.recommend_tier(session, concurrency=concurrency, tpot_p90_s=tpot_p90,
-                                      sweep_id=sweep)
+        return service.recommend_tier(
+            session, concurrency=concurrency, tpot_p90_s=tpot_p90, sweep_id=sweep
+        )
     except service.TierQueryError as exc:
         raise InvalidParameter("query.sweep", str(exc)) from None

@@ -37,11 +37,16 @@ class SweepSummary:
 
 def list_sweeps(session: Session, *, deployment: str | None = None) -> list[SweepSummary]:
     """Sweeps, newest first, with their point counts."""
-    counts = (select(SweepPointRecord.sweep_id, func.count().label("n"))
-              .group_by(SweepPointRecord.sweep_id).subquery())
-    query = (select(Sweep, func.coalesce(counts.c.n, 0))
-             .outerjoin(counts, counts.c.sweep_id == Sweep.id)
-             .order_by(Sweep.created_at.desc(), Sweep.id.desc()))
+    counts = (
+        select(SweepPointRecord.sweep_id, func.count().label("n"))
+        .group_by(SweepPointRecord.sweep_id)
+        .subquery()
+    )
+    query = (
+        select(Sweep, func.coalesce(counts.c.n, 0))
+        .outerjoin(counts, counts.c.sweep_id == Sweep.id)
+        .order_by(Sweep.created_at.desc(), Sweep.id.desc())
+    )
     if deployment is not None:
         query = query.where(Sweep.deployment == deployment)
     return [SweepSummary(sweep, int(n)) for sweep, n in session.execute(query)]
@@ -51,14 +56,24 @@ def get_sweep(session: Session, sweep_id: int) -> tuple[Sweep, list[SweepPointRe
     sweep = repository.get_sweep(session, sweep_id)
     if sweep is None:
         return None
-    points = list(session.scalars(select(SweepPointRecord)
-                                  .where(SweepPointRecord.sweep_id == sweep_id)
-                                  .order_by(SweepPointRecord.id)))
+    points = list(
+        session.scalars(
+            select(SweepPointRecord)
+            .where(SweepPointRecord.sweep_id == sweep_id)
+            .order_by(SweepPointRecord.id)
+        )
+    )
     return sweep, points
 
 
-def sweep_fit(session: Session, sweep_id: int, *, refit: bool = False,
-              bootstrap_samples: int = 200, seed: int = 0) -> tuple[dict[str, Any], bool] | None:
+def sweep_fit(
+    session: Session,
+    sweep_id: int,
+    *,
+    refit: bool = False,
+    bootstrap_samples: int = 200,
+    seed: int = 0,
+) -> tuple[dict[str, Any], bool] | None:
     """The sweep's fit as a JSON-ready dict, and whether it was computed now.
 
     Returns:
@@ -74,8 +89,9 @@ def sweep_fit(session: Session, sweep_id: int, *, refit: bool = False,
         return dict(sweep.fit), False
     rows = [row for row in repository.sweep_rows(session, sweep_id) if not row.schedule]
     try:
-        _, body = fit_rows(rows, source=f"sweep {sweep_id}", bootstrap_samples=bootstrap_samples,
-                           seed=seed)
+        _, body = fit_rows(
+            rows, source=f"sweep {sweep_id}", bootstrap_samples=bootstrap_samples, seed=seed
+        )
     except SweepFileError as exc:
         raise UnfittableSweep(str(exc)) from None
     return body, True
@@ -105,24 +121,41 @@ def curve_of(deployment: str, sweep_id: int, fit: dict[str, Any]) -> BreakevenCu
     if not isinstance(crossing, int | float) or not math.isfinite(crossing):
         return None
     primary = fit.get("config")
-    config = next((c for c in fit.get("configs", []) if isinstance(c, dict)
-                   and c.get("config") == primary), {})
-    speedups = [(float(c["concurrency"]), float(c["predicted_speedup"]))
-                for c in config.get("comparisons", [])
-                if isinstance(c, dict) and isinstance(c.get("concurrency"), int | float)
-                and isinstance(c.get("predicted_speedup"), int | float)]
-    schedule = [[int(x) for x in band] for band in fit.get("schedule") or []
-                if isinstance(band, list | tuple) and len(band) == 3]
-    return BreakevenCurve(deployment=deployment, breakeven_concurrency=float(crossing),
-                          speedups=speedups, schedule=schedule, sweep_id=sweep_id)
+    config = next(
+        (c for c in fit.get("configs", []) if isinstance(c, dict) and c.get("config") == primary),
+        {},
+    )
+    speedups = [
+        (float(c["concurrency"]), float(c["predicted_speedup"]))
+        for c in config.get("comparisons", [])
+        if isinstance(c, dict)
+        and isinstance(c.get("concurrency"), int | float)
+        and isinstance(c.get("predicted_speedup"), int | float)
+    ]
+    schedule = [
+        [int(x) for x in band]
+        for band in fit.get("schedule") or []
+        if isinstance(band, list | tuple) and len(band) == 3
+    ]
+    return BreakevenCurve(
+        deployment=deployment,
+        breakeven_concurrency=float(crossing),
+        speedups=speedups,
+        schedule=schedule,
+        sweep_id=sweep_id,
+    )
 
 
-def _tier_models(session: Session, sweep_id: int | None
-                 ) -> tuple[Any, list[tiers.TierModel], tiers.Workload]:
+def _tier_models(
+    session: Session, sweep_id: int | None
+) -> tuple[Any, list[tiers.TierModel], tiers.Workload]:
     try:
         catalog = load_tier_catalog()
-        workload = (tiers.default_workload(catalog) if sweep_id is None
-                    else tiers.sweep_workload(session, sweep_id, catalog))
+        workload = (
+            tiers.default_workload(catalog)
+            if sweep_id is None
+            else tiers.sweep_workload(session, sweep_id, catalog)
+        )
     except (tiers.TierError, TierCatalogError) as exc:
         raise TierQueryError(str(exc)) from None
     return catalog, tiers.build_tier_models(catalog, workload), workload
@@ -138,8 +171,9 @@ def show_tiers(session: Session, *, sweep_id: int | None) -> dict[str, Any]:
     return tiers.show_tiers(catalog, models, workload)
 
 
-def recommend_tier(session: Session, *, concurrency: int, tpot_p90_s: float,
-                   sweep_id: int | None) -> dict[str, Any]:
+def recommend_tier(
+    session: Session, *, concurrency: int, tpot_p90_s: float, sweep_id: int | None
+) -> dict[str, Any]:
     """The cheapest tier meeting a TPOT p90 target at a concurrency, with the reasoning.
 
     Raises:
@@ -147,7 +181,8 @@ def recommend_tier(session: Session, *, concurrency: int, tpot_p90_s: float,
     """
     _, models, workload = _tier_models(session, sweep_id)
     try:
-        return tiers.recommend_tier(models, workload, concurrency=concurrency,
-                                    tpot_p90_s=tpot_p90_s)
+        return tiers.recommend_tier(
+            models, workload, concurrency=concurrency, tpot_p90_s=tpot_p90_s
+        )
     except tiers.TierError as exc:
         raise TierQueryError(str(exc)) from None

@@ -87,8 +87,9 @@ class TierCatalog:
         for tier in self.tiers:
             if tier.name == name:
                 return tier
-        raise TierCatalogError(f"unknown tier {name!r}; the catalog has "
-                               f"{', '.join(t.name for t in self.tiers)}")
+        raise TierCatalogError(
+            f"unknown tier {name!r}; the catalog has {', '.join(t.name for t in self.tiers)}"
+        )
 
 
 def _tier(item: dict[str, Any]) -> Tier:

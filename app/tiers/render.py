@@ -20,8 +20,12 @@ def tiers_text(report: dict[str, Any]) -> str:
     Returns:
         Multi-line text.
     """
-    lines = [f"Workload: {report['workload']}; TPOT p90 = {report['tpot_p90_over_mean']:.2f} x "
-             "modelled TPOT", f"Unit costs: {report['unit_costs']}", ""]
+    lines = [
+        f"Workload: {report['workload']}; TPOT p90 = {report['tpot_p90_over_mean']:.2f} x "
+        "modelled TPOT",
+        f"Unit costs: {report['unit_costs']}",
+        "",
+    ]
     for tier in report["tiers"]:
         m = tier["model"]
         lines += [
@@ -37,14 +41,20 @@ def tiers_text(report: dict[str, Any]) -> str:
         lines += [f"  note: {note}" for note in tier["notes"]]
         for size in tier["sizes"]:
             crossing = size["cost_breakeven_concurrency"]
-            where = ("speculation always cheaper per token up to the batch limit"
-                     if crossing is None else
-                     f"always-speculate stops being cheaper per token at {crossing:g} sessions")
-            lines.append(f"  {size['instances']} instance(s), {size['replicas']} replica(s): "
-                         f"${size['usd_per_hour']}/h, ${size['usd_per_month']}/month "
-                         f"(computed); {where}")
-            lines.append("    sessions  $/1K sess-s   $/1M tok: none   always  schedule(k)  "
-                         "TPOT ms: none  always")
+            where = (
+                "speculation always cheaper per token up to the batch limit"
+                if crossing is None
+                else f"always-speculate stops being cheaper per token at {crossing:g} sessions"
+            )
+            lines.append(
+                f"  {size['instances']} instance(s), {size['replicas']} replica(s): "
+                f"${size['usd_per_hour']}/h, ${size['usd_per_month']}/month "
+                f"(computed); {where}"
+            )
+            lines.append(
+                "    sessions  $/1K sess-s   $/1M tok: none   always  schedule(k)  "
+                "TPOT ms: none  always"
+            )
             for p in size["points"]:
                 none, fixed, dyn = p["none"], p["fixed"], p["dynamic"]
                 flag = "" if p["fits"] else "  (over the batch limit)"
@@ -52,7 +62,8 @@ def tiers_text(report: dict[str, Any]) -> str:
                     f"    {p['concurrency']:>8}  {none['usd_per_1k_session_seconds']:>11}  "
                     f"{none['usd_per_1m_tokens']:>14}  {fixed['usd_per_1m_tokens']:>7}  "
                     f"{dyn['usd_per_1m_tokens']:>8}({dyn['k']})  "
-                    f"{none['tpot_s'] * 1000:>13.2f}  {fixed['tpot_s'] * 1000:>6.2f}{flag}")
+                    f"{none['tpot_s'] * 1000:>13.2f}  {fixed['tpot_s'] * 1000:>6.2f}{flag}"
+                )
         lines.append("")
     lines.append(f"Calibration: {report['calibration']}")
     return "\n".join(lines)
@@ -68,9 +79,14 @@ def recommendation_text(result: dict[str, Any]) -> str:
         Multi-line text: the answer first, then the reasoning per tier.
     """
     target_ms = result["tpot_p90_target_s"] * 1000
-    head = (f"{result['concurrency']} concurrent sessions, TPOT p90 <= {target_ms:.1f} ms "
-            f"(workload: {result['workload']}; p90 = {result['tpot_p90_over_mean']:.2f} x "
-            "modelled TPOT)")
-    answer = (f"Recommended tier: {result['recommended']}" if result["recommended"]
-              else "No tier meets the target.")
+    head = (
+        f"{result['concurrency']} concurrent sessions, TPOT p90 <= {target_ms:.1f} ms "
+        f"(workload: {result['workload']}; p90 = {result['tpot_p90_over_mean']:.2f} x "
+        "modelled TPOT)"
+    )
+    answer = (
+        f"Recommended tier: {result['recommended']}"
+        if result["recommended"]
+        else "No tier meets the target."
+    )
     return "\n".join([head, answer, "", *(f"- {line}" for line in result["reasoning"])])

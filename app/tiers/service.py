@@ -33,8 +33,11 @@ from app.domain.tier_costs import (
 from app.tiers.catalog import GpuSpec, Tier, TierCatalog
 
 MODES = (SpeculationMode.none, SpeculationMode.fixed, SpeculationMode.dynamic)
-MODE_LABELS = {SpeculationMode.none: "never speculate", SpeculationMode.fixed: "always speculate",
-               SpeculationMode.dynamic: "fitted schedule (best k per batch size)"}
+MODE_LABELS = {
+    SpeculationMode.none: "never speculate",
+    SpeculationMode.fixed: "always speculate",
+    SpeculationMode.dynamic: "fitted schedule (best k per batch size)",
+}
 
 
 class TierError(Exception):
@@ -64,14 +67,17 @@ class TierModel:
         """The tier provisioned with ``instances`` instances."""
         return TierCapacity(
             instance_usd_micros_per_hour=decimal_to_micros(self.price.usd_per_hour),
-            instances=instances, replicas_per_instance=self.tier.replicas_per_instance,
-            max_concurrency_per_replica=self.tier.max_concurrency_per_replica)
+            instances=instances,
+            replicas_per_instance=self.tier.replicas_per_instance,
+            max_concurrency_per_replica=self.tier.max_concurrency_per_replica,
+        )
 
 
 def default_workload(catalog: TierCatalog) -> Workload:
     """The catalog's own assumptions (no sweep)."""
-    return Workload(alpha=None, tpot_p90_over_mean=catalog.tpot_p90_over_mean,
-                    source="tier catalog assumptions")
+    return Workload(
+        alpha=None, tpot_p90_over_mean=catalog.tpot_p90_over_mean, source="tier catalog assumptions"
+    )
 
 
 def sweep_workload(session: Session, sweep_id: int, catalog: TierCatalog) -> Workload:
@@ -85,26 +91,40 @@ def sweep_workload(session: Session, sweep_id: int, catalog: TierCatalog) -> Wor
         raise TierError(f"no sweep {sweep_id}")
     if not sweep.fit:
         raise TierError(f"sweep {sweep_id} has no fit; run `specledger breakeven fit` first")
-    primary = next((c for c in sweep.fit.get("configs", [])
-                    if c.get("config") == sweep.fit.get("config")), None)
+    primary = next(
+        (c for c in sweep.fit.get("configs", []) if c.get("config") == sweep.fit.get("config")),
+        None,
+    )
     alpha = None if primary is None else primary.get("alpha")
     ratios = []
     for row in repository.sweep_rows(session, sweep_id):
         p90 = row.metrics.get("tpot_p90_s")
-        if isinstance(p90, float) and math.isfinite(row.point.tpot_p50_s) and row.point.tpot_p50_s > 0:
+        if (
+            isinstance(p90, float)
+            and math.isfinite(row.point.tpot_p50_s)
+            and row.point.tpot_p50_s > 0
+        ):
             ratios.append(p90 / row.point.tpot_p50_s)
     tail = statistics.median(ratios) if ratios else catalog.tpot_p90_over_mean
-    return Workload(alpha=None if alpha is None else float(alpha), tpot_p90_over_mean=tail,
-                    source=f"sweep {sweep_id} ({sweep.name})")
+    return Workload(
+        alpha=None if alpha is None else float(alpha),
+        tpot_p90_over_mean=tail,
+        source=f"sweep {sweep_id} ({sweep.name})",
+    )
 
 
 def _roofline(catalog: TierCatalog, tier: Tier, gpu: GpuSpec, model: str) -> StepTimeModel:
     cal = catalog.calibration
     return roofline_step_model(
-        params_billion=catalog.model_params_billion[model], bytes_per_param=tier.bytes_per_param,
-        gpus=tier.gpus_per_replica, peak_tflops_per_gpu=gpu.bf16_dense_tflops,
-        hbm_tb_per_s_per_gpu=gpu.hbm_tb_per_s, bandwidth_efficiency=cal.bandwidth_efficiency,
-        compute_efficiency=cal.compute_efficiency, step_overhead_s=cal.step_overhead_s)
+        params_billion=catalog.model_params_billion[model],
+        bytes_per_param=tier.bytes_per_param,
+        gpus=tier.gpus_per_replica,
+        peak_tflops_per_gpu=gpu.bf16_dense_tflops,
+        hbm_tb_per_s_per_gpu=gpu.hbm_tb_per_s,
+        bandwidth_efficiency=cal.bandwidth_efficiency,
+        compute_efficiency=cal.compute_efficiency,
+        step_overhead_s=cal.step_overhead_s,
+    )
 
 
 def build_tier_models(catalog: TierCatalog, workload: Workload) -> list[TierModel]:
@@ -118,8 +138,10 @@ def build_tier_models(catalog: TierCatalog, workload: Workload) -> list[TierMode
     for tier in catalog.tiers:
         price = prices.get(tier.instance_type)
         if price is None or price.gpu not in catalog.gpus:
-            raise TierError(f"tier {tier.name!r}: instance {tier.instance_type!r} or its GPU is "
-                            "missing from instance_prices.json / tiers.json")
+            raise TierError(
+                f"tier {tier.name!r}: instance {tier.instance_type!r} or its GPU is "
+                "missing from instance_prices.json / tiers.json"
+            )
         gpu = catalog.gpus[price.gpu]
         step = _roofline(catalog, tier, gpu, tier.target)
         spec = tier.speculation
@@ -127,17 +149,22 @@ def build_tier_models(catalog: TierCatalog, workload: Workload) -> list[TierMode
         if ratio is None:
             if spec.draft is None:
                 raise TierError(f"tier {tier.name!r}: give a draft model or a draft_cost_ratio")
-            ratio = draft_cost_ratio(draft=_roofline(catalog, tier, gpu, spec.draft),
-                                         target=step)
+            ratio = draft_cost_ratio(draft=_roofline(catalog, tier, gpu, spec.draft), target=step)
         length, source = spec.mean_acceptance_length, spec.acceptance_source
         if workload.alpha is not None:
             length = expected_tokens_per_step(alpha=workload.alpha, k=spec.k)
-            source = (f"alpha {workload.alpha:.3f} from {workload.source}, at this tier's "
-                      f"k={spec.k}")
-        models.append(TierModel(
-            tier=tier, price=price, step=step, acceptance_source=source,
-            spec=SpeculationModel(k=spec.k, mean_acceptance_length=length,
-                                  draft_cost_ratio=ratio)))
+            source = f"alpha {workload.alpha:.3f} from {workload.source}, at this tier's k={spec.k}"
+        models.append(
+            TierModel(
+                tier=tier,
+                price=price,
+                step=step,
+                acceptance_source=source,
+                spec=SpeculationModel(
+                    k=spec.k, mean_acceptance_length=length, draft_cost_ratio=ratio
+                ),
+            )
+        )
     return models
 
 
@@ -151,7 +178,9 @@ def _point(curve: CostCurve, i: int) -> dict[str, Any]:
         "k": int(curve.k[i]),
         "tokens_per_s": round(float(curve.tokens_per_s[i]), 1),
         "tpot_s": round(float(curve.tpot_s[i]), 5),
-        "usd_per_1k_session_seconds": format_micros(int(curve.usd_micros_per_1k_session_seconds[i])),
+        "usd_per_1k_session_seconds": format_micros(
+            int(curve.usd_micros_per_1k_session_seconds[i])
+        ),
         "usd_per_1m_tokens": format_micros(int(curve.usd_micros_per_1m_tokens[i])),
     }
 
@@ -181,12 +210,20 @@ def show_tiers(catalog: TierCatalog, models: list[TierModel], workload: Workload
         sizes = []
         for instances in range(tier.instances_min, tier.instances_max + 1):
             capacity = model.capacity(instances)
-            curves = {mode: cost_curve(model.step, model.spec, capacity,
-                                       concurrency=np.asarray(grid, dtype=float), mode=mode)
-                      for mode in MODES}
+            curves = {
+                mode: cost_curve(
+                    model.step,
+                    model.spec,
+                    capacity,
+                    concurrency=np.asarray(grid, dtype=float),
+                    mode=mode,
+                )
+                for mode in MODES
+            }
             top = capacity.replicas * tier.max_concurrency_per_replica
-            crossing = cost_breakeven_concurrency(model.step, model.spec, capacity, low=1.0,
-                                                  high=float(top))
+            crossing = cost_breakeven_concurrency(
+                model.step, model.spec, capacity, low=1.0, high=float(top)
+            )
             hourly = capacity.usd_micros_per_hour
             sizes.append({
                 "instances": instances, "replicas": capacity.replicas,
@@ -242,12 +279,22 @@ def _option(model: TierModel, *, concurrency: int, tpot_p90_s: float, tail: floa
         capacity = model.capacity(instances)
         if not fits_capacity(capacity, concurrency=concurrency):
             continue
-        p90 = {mode.value: tail * tpot_at(model.step, model.spec, capacity,
-                                          concurrency=concurrency, mode=mode) for mode in MODES}
+        p90 = {
+            mode.value: tail
+            * tpot_at(model.step, model.spec, capacity, concurrency=concurrency, mode=mode)
+            for mode in MODES
+        }
         last = p90
-        curves = {mode: cost_curve(model.step, model.spec, capacity,
-                                   concurrency=np.asarray([float(concurrency)]), mode=mode)
-                  for mode in MODES}
+        curves = {
+            mode: cost_curve(
+                model.step,
+                model.spec,
+                capacity,
+                concurrency=np.asarray([float(concurrency)]),
+                mode=mode,
+            )
+            for mode in MODES
+        }
         per_1m = {mode.value: int(curves[mode].usd_micros_per_1m_tokens[0]) for mode in MODES}
         ok = [mode for mode in MODES if p90[mode.value] <= tpot_p90_s]
         if not ok:
@@ -256,21 +303,37 @@ def _option(model: TierModel, *, concurrency: int, tpot_p90_s: float, tail: floa
         # on a tie the simpler mode wins (none, then fixed, then dynamic).
         best = min(ok, key=lambda m: (per_1m[m.value], MODES.index(m)))
         return TierOption(
-            tier=tier.name, feasible=True, in_session_range=in_range, instances=instances,
-            mode=best, k=int(curves[best].k[0]), tpot_p90_s=p90,
+            tier=tier.name,
+            feasible=True,
+            in_session_range=in_range,
+            instances=instances,
+            mode=best,
+            k=int(curves[best].k[0]),
+            tpot_p90_s=p90,
             usd_micros_per_1k_session_seconds=int(
-                curves[best].usd_micros_per_1k_session_seconds[0]),
-            usd_micros_per_1m_tokens=per_1m)
+                curves[best].usd_micros_per_1k_session_seconds[0]
+            ),
+            usd_micros_per_1m_tokens=per_1m,
+        )
     if not last:
-        reason = (f"{concurrency} sessions exceed {tier.instances_max} instance(s) x "
-                  f"{tier.replicas_per_instance} replica(s) x "
-                  f"{tier.max_concurrency_per_replica} sequences per replica")
+        reason = (
+            f"{concurrency} sessions exceed {tier.instances_max} instance(s) x "
+            f"{tier.replicas_per_instance} replica(s) x "
+            f"{tier.max_concurrency_per_replica} sequences per replica"
+        )
     else:
         fastest = min(last.values())
-        reason = (f"even {tier.instances_max} instance(s) give a TPOT p90 of "
-                  f"{fastest * 1000:.1f} ms at best, above the {tpot_p90_s * 1000:.1f} ms target")
-    return TierOption(tier=tier.name, feasible=False, in_session_range=in_range,
-                      tpot_p90_s=last or None, reason=reason)
+        reason = (
+            f"even {tier.instances_max} instance(s) give a TPOT p90 of "
+            f"{fastest * 1000:.1f} ms at best, above the {tpot_p90_s * 1000:.1f} ms target"
+        )
+    return TierOption(
+        tier=tier.name,
+        feasible=False,
+        in_session_range=in_range,
+        tpot_p90_s=last or None,
+        reason=reason,
+    )
 
 
 def recommend_tier(
@@ -287,8 +350,10 @@ def recommend_tier(
     """
     if concurrency < 1 or not (math.isfinite(tpot_p90_s) and tpot_p90_s > 0):
         raise TierError("--concurrency must be >= 1 and --tpot-p90 > 0 seconds")
-    options = [_option(m, concurrency=concurrency, tpot_p90_s=tpot_p90_s,
-                       tail=workload.tpot_p90_over_mean) for m in models]
+    options = [
+        _option(m, concurrency=concurrency, tpot_p90_s=tpot_p90_s, tail=workload.tpot_p90_over_mean)
+        for m in models
+    ]
     feasible = [o for o in options if o.feasible]
     in_range = [o for o in feasible if o.in_session_range]
     pool = in_range or feasible
@@ -317,41 +382,57 @@ def _option_json(option: TierOption) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def _reasoning(options: list[TierOption], chosen: TierOption | None, *, concurrency: int,
-               target: float) -> list[str]:
+def _reasoning(
+    options: list[TierOption], chosen: TierOption | None, *, concurrency: int, target: float
+) -> list[str]:
     lines = []
     for o in options:
         where = "inside" if o.in_session_range else "outside"
         if not o.feasible:
-            lines.append(f"{o.tier}: cannot meet it ({o.reason}); {concurrency} sessions is "
-                         f"{where} its session range")
+            lines.append(
+                f"{o.tier}: cannot meet it ({o.reason}); {concurrency} sessions is "
+                f"{where} its session range"
+            )
             continue
         assert o.mode is not None
         assert o.tpot_p90_s is not None
         assert o.usd_micros_per_1m_tokens is not None
         assert o.usd_micros_per_1k_session_seconds is not None
-        p90 = ", ".join(f"{MODE_LABELS[SpeculationMode(m)]} {v * 1000:.1f} ms"
-                        for m, v in o.tpot_p90_s.items())
+        p90 = ", ".join(
+            f"{MODE_LABELS[SpeculationMode(m)]} {v * 1000:.1f} ms" for m, v in o.tpot_p90_s.items()
+        )
         per_1m = o.usd_micros_per_1m_tokens
         lines.append(
             f"{o.tier}: meets {target * 1000:.1f} ms with {o.instances} instance(s) ({where} its "
             f"session range); TPOT p90 {p90}; best: {MODE_LABELS[o.mode]} (k={o.k}) at "
             f"${format_micros(per_1m[o.mode.value])} per 1M tokens vs "
             f"${format_micros(per_1m['none'])} without speculation; "
-            f"${format_micros(o.usd_micros_per_1k_session_seconds)} per 1K session-seconds")
+            f"${format_micros(o.usd_micros_per_1k_session_seconds)} per 1K session-seconds"
+        )
     if chosen is None:
         lines.append("No tier meets the target: relax the TPOT target or add capacity.")
     else:
-        why = ("the cheapest per 1K session-seconds among tiers sized for this load"
-               if chosen.in_session_range else
-               "no tier sized for this load meets the target, so the cheapest that does")
-        lines.append(f"Recommended: {chosen.tier} with {chosen.instances} instance(s), "
-                     f"{MODE_LABELS[chosen.mode] if chosen.mode else ''}: {why}.")
-        cheaper = [o for o in options if o.feasible and not o.in_session_range
-                   and (o.usd_micros_per_1k_session_seconds or 0)
-                   < (chosen.usd_micros_per_1k_session_seconds or 0)]
+        why = (
+            "the cheapest per 1K session-seconds among tiers sized for this load"
+            if chosen.in_session_range
+            else "no tier sized for this load meets the target, so the cheapest that does"
+        )
+        lines.append(
+            f"Recommended: {chosen.tier} with {chosen.instances} instance(s), "
+            f"{MODE_LABELS[chosen.mode] if chosen.mode else ''}: {why}."
+        )
+        cheaper = [
+            o
+            for o in options
+            if o.feasible
+            and not o.in_session_range
+            and (o.usd_micros_per_1k_session_seconds or 0)
+            < (chosen.usd_micros_per_1k_session_seconds or 0)
+        ]
         for o in cheaper:
-            lines.append(f"Note: {o.tier} would be cheaper by the model but {concurrency} "
-                         "sessions is outside its session range (it serves another model "
-                         "size, and KV-cache memory is not modelled).")
+            lines.append(
+                f"Note: {o.tier} would be cheaper by the model but {concurrency} "
+                "sessions is outside its session range (it serves another model "
+                "size, and KV-cache memory is not modelled)."
+            )
     return lines

@@ -23,31 +23,40 @@ router = APIRouter(tags=["usage"])
 
 
 @router.post("/usage/events", response_model=UsageBatchResult, responses=RESPONSES_READ)
-def post_usage_events(body: UsageBatch, session: SessionDep,
-                      _admin: AdminDep) -> UsageBatchResult:
+def post_usage_events(body: UsageBatch, session: SessionDep, _admin: AdminDep) -> UsageBatchResult:
     """Store a batch of usage events; events whose event_id is already stored are skipped,
     so retrying a batch is safe (admin)."""
     events = [UsageEvent(**event.model_dump()) for event in body.events]
     inserted = service.ingest_events(session, events)
-    return UsageBatchResult(received=len(events), inserted=inserted,
-                            duplicates=len(events) - inserted)
+    return UsageBatchResult(
+        received=len(events), inserted=inserted, duplicates=len(events) - inserted
+    )
 
 
 def _session_read(summary: service.SessionSummary) -> SessionRead:
     seconds = summary.session_ns / 1e9
     return SessionRead(
-        session_id=summary.session_id, team=summary.team, first_arrival=summary.first_arrival,
-        last_finish=summary.last_finish, requests=summary.requests,
-        deployments=summary.deployments, session_seconds=round(seconds, 6),
-        gpu_seconds=round(summary.gpu_ns / 1e9, 6), prompt_tokens=summary.prompt_tokens,
-        completion_tokens=summary.completion_tokens, draft_tokens=summary.draft_tokens,
+        session_id=summary.session_id,
+        team=summary.team,
+        first_arrival=summary.first_arrival,
+        last_finish=summary.last_finish,
+        requests=summary.requests,
+        deployments=summary.deployments,
+        session_seconds=round(seconds, 6),
+        gpu_seconds=round(summary.gpu_ns / 1e9, 6),
+        prompt_tokens=summary.prompt_tokens,
+        completion_tokens=summary.completion_tokens,
+        draft_tokens=summary.draft_tokens,
         accepted_tokens=summary.accepted_tokens,
         acceptance_rate=round(summary.accepted_tokens / summary.draft_tokens, 4)
-        if summary.draft_tokens else None,
+        if summary.draft_tokens
+        else None,
         effective_cost=money(summary.effective_micros),
         billed_cost=money(summary.billed_micros),
         cost_per_1k_session_seconds=money(round(summary.effective_micros * 1000 / seconds))
-        if seconds > 0 else None)
+        if seconds > 0
+        else None,
+    )
 
 
 @router.get("/sessions", response_model=SessionPage, responses=RESPONSES_READ)
@@ -56,37 +65,66 @@ def list_sessions(
     principal: PrincipalDep,
     window: WindowDep,
     page: PageDep,
-    team: Annotated[str | None, Query(description="Only this team (admin keys; a team key "
-                                      "always sees only its own team).")] = None,
+    team: Annotated[
+        str | None,
+        Query(description="Only this team (admin keys; a team key always sees only its own team)."),
+    ] = None,
 ) -> SessionPage:
     """Sessions with requests in the window, by first arrival, with their cost."""
-    result = service.list_sessions(session, window=window, team=team_scope(principal, team),
-                                   limit=page.limit, offset=page.offset)
-    return SessionPage(window=WindowRead.of(window),
-                       items=[_session_read(s) for s in result.items], total=result.total,
-                       limit=page.limit, offset=page.offset,
-                       next_offset=page.next_offset(result.total))
+    result = service.list_sessions(
+        session,
+        window=window,
+        team=team_scope(principal, team),
+        limit=page.limit,
+        offset=page.offset,
+    )
+    return SessionPage(
+        window=WindowRead.of(window),
+        items=[_session_read(s) for s in result.items],
+        total=result.total,
+        limit=page.limit,
+        offset=page.offset,
+        next_offset=page.next_offset(result.total),
+    )
 
 
-@router.get("/sessions/{session_id}", response_model=SessionDetail, responses={
-    **RESPONSES_READ, 404: {"model": ErrorBody}})
-def get_session_detail(session_id: str, session: SessionDep, principal: PrincipalDep,
-                page: PageDep) -> SessionDetail:
+@router.get(
+    "/sessions/{session_id}",
+    response_model=SessionDetail,
+    responses={**RESPONSES_READ, 404: {"model": ErrorBody}},
+)
+def get_session_detail(
+    session_id: str, session: SessionDep, principal: PrincipalDep, page: PageDep
+) -> SessionDetail:
     """One session: its totals and its requests, each with its cost."""
-    found = service.get_session(session, session_id, team=team_scope(principal, None),
-                                limit=page.limit, offset=page.offset)
+    found = service.get_session(
+        session, session_id, team=team_scope(principal, None), limit=page.limit, offset=page.offset
+    )
     if found is None:
         raise NotFound("no session with this id is visible to this key")
     return SessionDetail(
-        session=_session_read(found.summary), total_requests=found.total_requests,
-        requests=[RequestRead(
-            event_id=r.record.event_id, deployment=r.record.deployment,
-            replica=r.record.replica, model=r.record.model, spec_method=r.record.spec_method,
-            spec_k=r.record.spec_k, arrived_at=r.record.arrived_at,
-            finished_at=r.record.finished_at, prompt_tokens=r.record.prompt_tokens,
-            completion_tokens=r.record.completion_tokens,
-            draft_tokens=r.record.draft_tokens, accepted_tokens=r.record.accepted_tokens,
-            gpu_seconds=round(r.record.gpu_ns / 1e9, 6), concurrency=r.record.concurrency,
-            status=r.record.status, effective_cost=money(r.effective_micros),
-            billed_cost=money(r.billed_micros)) for r in found.requests])
-
+        session=_session_read(found.summary),
+        total_requests=found.total_requests,
+        requests=[
+            RequestRead(
+                event_id=r.record.event_id,
+                deployment=r.record.deployment,
+                replica=r.record.replica,
+                model=r.record.model,
+                spec_method=r.record.spec_method,
+                spec_k=r.record.spec_k,
+                arrived_at=r.record.arrived_at,
+                finished_at=r.record.finished_at,
+                prompt_tokens=r.record.prompt_tokens,
+                completion_tokens=r.record.completion_tokens,
+                draft_tokens=r.record.draft_tokens,
+                accepted_tokens=r.record.accepted_tokens,
+                gpu_seconds=round(r.record.gpu_ns / 1e9, 6),
+                concurrency=r.record.concurrency,
+                status=r.record.status,
+                effective_cost=money(r.effective_micros),
+                billed_cost=money(r.billed_micros),
+            )
+            for r in found.requests
+        ],
+    )

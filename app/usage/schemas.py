@@ -10,7 +10,6 @@ from app.schemas import Amount, PageMeta, Schema, WindowRead
 MAX_BATCH = 5000
 
 
-
 class UsageEventIn(Schema):
     """One request, as the metering proxy records it (``usage_records``)."""
 

@@ -22,29 +22,62 @@ def get_waste(
     settings: SettingsDep,
     window: WindowDep,
     now: NowDep,
-    acceptance_threshold: Annotated[float, Query(gt=0, lt=1, description="Flag acceptance "
-                                                 "rates confidently below this.")] = 0.5,
-    confidence: Annotated[float, Query(ge=0.5, lt=1, description="Coverage of the Wilson "
-                                       "interval on the acceptance rate.")] = 0.95,
-    min_requests: Annotated[int, Query(ge=1, le=100_000, description="Groups with fewer "
-                                       "speculative requests are not judged.")] = 5,
-    idle_threshold: Annotated[float, Query(gt=0, lt=1, description="Flag deployments whose "
-                                           "idle share of GPU cost exceeds this.")] = 0.3,
+    acceptance_threshold: Annotated[
+        float, Query(gt=0, lt=1, description="Flag acceptance rates confidently below this.")
+    ] = 0.5,
+    confidence: Annotated[
+        float,
+        Query(ge=0.5, lt=1, description="Coverage of the Wilson interval on the acceptance rate."),
+    ] = 0.95,
+    min_requests: Annotated[
+        int,
+        Query(
+            ge=1, le=100_000, description="Groups with fewer speculative requests are not judged."
+        ),
+    ] = 5,
+    idle_threshold: Annotated[
+        float,
+        Query(
+            gt=0, lt=1, description="Flag deployments whose idle share of GPU cost exceeds this."
+        ),
+    ] = 0.3,
     team: Annotated[str | None, Query(description="Only this team (admin keys).")] = None,
 ) -> WasteRead:
     """Where money is wasted, each finding with its estimated monthly cost and the action
     to take; a team key sees findings from its own traffic."""
-    thresholds = Thresholds(acceptance=acceptance_threshold, confidence=confidence,
-                            min_requests=min_requests, idle_share=idle_threshold)
-    report = service.find_waste(session, window=window, team=team_scope(principal, team),
-                                thresholds=thresholds, now=now,
-                                default_currency=settings.default_currency)
+    thresholds = Thresholds(
+        acceptance=acceptance_threshold,
+        confidence=confidence,
+        min_requests=min_requests,
+        idle_share=idle_threshold,
+    )
+    report = service.find_waste(
+        session,
+        window=window,
+        team=team_scope(principal, team),
+        thresholds=thresholds,
+        now=now,
+        default_currency=settings.default_currency,
+    )
     return WasteRead(
-        window=WindowRead.of(window), observed_seconds=report.observed_seconds,
-        currency=report.currency, acceptance_threshold=acceptance_threshold,
-        confidence=confidence, idle_share_threshold=idle_threshold,
+        window=WindowRead.of(window),
+        observed_seconds=report.observed_seconds,
+        currency=report.currency,
+        acceptance_threshold=acceptance_threshold,
+        confidence=confidence,
+        idle_share_threshold=idle_threshold,
         estimated_monthly_total=money(monthly_total(report.findings)),
-        findings=[FindingRead(
-            kind=f.kind, scope=f.scope, key=f.key, window_cost=money(f.window_cost_micros),
-            estimated_monthly_cost=money(f.monthly_cost_micros), action=f.action,
-            detail=f.detail, metrics=dict(f.metrics)) for f in report.findings])
+        findings=[
+            FindingRead(
+                kind=f.kind,
+                scope=f.scope,
+                key=f.key,
+                window_cost=money(f.window_cost_micros),
+                estimated_monthly_cost=money(f.monthly_cost_micros),
+                action=f.action,
+                detail=f.detail,
+                metrics=dict(f.metrics),
+            )
+            for f in report.findings
+        ],
+    )

@@ -40,27 +40,45 @@ class WasteReport:
 
 
 def _current_runs() -> Any:
-    return select(AllocationRun.id).where(AllocationRun.status == "current",
-                                          AllocationRun.month.is_not(None))
+    return select(AllocationRun.id).where(
+        AllocationRun.status == "current", AllocationRun.month.is_not(None)
+    )
 
 
-def find_waste(session: Session, *, window: TimeWindow, team: str | None,
-               thresholds: Thresholds, now: datetime, default_currency: str) -> WasteReport:
+def find_waste(
+    session: Session,
+    *,
+    window: TimeWindow,
+    team: str | None,
+    thresholds: Thresholds,
+    now: datetime,
+    default_currency: str,
+) -> WasteReport:
     """Every finding in the window, largest estimated monthly cost first."""
     observed = (min(window.end, max(now, window.start)) - window.start).total_seconds()
     observed = observed if observed > 0 else window.seconds
-    usage = [UsageRecord.arrived_at >= window.start, UsageRecord.arrived_at < window.end,
-             UsageRecord.spec_method != "none"]
+    usage = [
+        UsageRecord.arrived_at >= window.start,
+        UsageRecord.arrived_at < window.end,
+        UsageRecord.spec_method != "none",
+    ]
     if team is not None:
         usage.append(UsageRecord.team == team)
-    costs = (select(LedgerEntry.event_id.label("event_id"),
-                    func.sum(LedgerEntry.effective_cost_micros).label("cost"))
-             .where(LedgerEntry.run_id.in_(_current_runs()), LedgerEntry.event_id.is_not(None))
-             .group_by(LedgerEntry.event_id).subquery())
+    costs = (
+        select(
+            LedgerEntry.event_id.label("event_id"),
+            func.sum(LedgerEntry.effective_cost_micros).label("cost"),
+        )
+        .where(LedgerEntry.run_id.in_(_current_runs()), LedgerEntry.event_id.is_not(None))
+        .group_by(LedgerEntry.event_id)
+        .subquery()
+    )
     findings: list[Finding] = []
-    for scope, column in ((Scope.deployment, UsageRecord.deployment),
-                          (Scope.team, UsageRecord.team),
-                          (Scope.session, UsageRecord.session_id)):
+    for scope, column in (
+        (Scope.deployment, UsageRecord.deployment),
+        (Scope.team, UsageRecord.team),
+        (Scope.session, UsageRecord.session_id),
+    ):
         groups = _acceptance_groups(session, scope, column, usage, costs)
         findings += low_acceptance_findings(groups, thresholds, window_seconds=observed)
     for deployment, curve in breakeven_curves(session).items():
@@ -71,76 +89,126 @@ def find_waste(session: Session, *, window: TimeWindow, team: str | None,
     if team is None:
         findings += idle_findings(_idle(session, window), thresholds, window_seconds=observed)
     findings.sort(key=lambda f: (-f.monthly_cost_micros, f.kind, f.scope, f.key))
-    return WasteReport(window, observed, _currency(session, window) or default_currency,
-                       findings)
+    return WasteReport(window, observed, _currency(session, window) or default_currency, findings)
 
 
-def _acceptance_groups(session: Session, scope: Scope, column: Any,
-                       usage: list[ColumnElement[bool]], costs: Any) -> list[AcceptanceGroup]:
+def _acceptance_groups(
+    session: Session, scope: Scope, column: Any, usage: list[ColumnElement[bool]], costs: Any
+) -> list[AcceptanceGroup]:
     rejected = UsageRecord.draft_tokens - UsageRecord.accepted_tokens
-    query = (select(column, func.count(), func.sum(UsageRecord.num_drafts),
-                    func.sum(UsageRecord.draft_tokens), func.sum(UsageRecord.accepted_tokens),
-                    func.sum(UsageRecord.prompt_tokens + UsageRecord.completion_tokens
-                             + rejected),
-                    func.sum(func.coalesce(costs.c.cost, 0)), func.max(UsageRecord.spec_k),
-                    func.min(UsageRecord.spec_method), func.max(UsageRecord.spec_method))
-             .outerjoin(costs, costs.c.event_id == UsageRecord.event_id)
-             .where(*usage, UsageRecord.draft_tokens > 0).group_by(column))
-    return [AcceptanceGroup(
-        scope=scope, key="(none)" if key is None else str(key),
-        method=low_method if low_method == high_method else "mixed",
-        k=None if k is None else int(k), requests=int(n), num_drafts=int(drafts or 0),
-        draft_tokens=int(drafted or 0), accepted_tokens=int(accepted or 0),
-        scheduled_tokens=int(scheduled or 0), cost_micros=int(cost or 0))
-        for key, n, drafts, drafted, accepted, scheduled, cost, k, low_method, high_method
-        in session.execute(query)]
+    query = (
+        select(
+            column,
+            func.count(),
+            func.sum(UsageRecord.num_drafts),
+            func.sum(UsageRecord.draft_tokens),
+            func.sum(UsageRecord.accepted_tokens),
+            func.sum(UsageRecord.prompt_tokens + UsageRecord.completion_tokens + rejected),
+            func.sum(func.coalesce(costs.c.cost, 0)),
+            func.max(UsageRecord.spec_k),
+            func.min(UsageRecord.spec_method),
+            func.max(UsageRecord.spec_method),
+        )
+        .outerjoin(costs, costs.c.event_id == UsageRecord.event_id)
+        .where(*usage, UsageRecord.draft_tokens > 0)
+        .group_by(column)
+    )
+    return [
+        AcceptanceGroup(
+            scope=scope,
+            key="(none)" if key is None else str(key),
+            method=low_method if low_method == high_method else "mixed",
+            k=None if k is None else int(k),
+            requests=int(n),
+            num_drafts=int(drafts or 0),
+            draft_tokens=int(drafted or 0),
+            accepted_tokens=int(accepted or 0),
+            scheduled_tokens=int(scheduled or 0),
+            cost_micros=int(cost or 0),
+        )
+        for key, n, drafts, drafted, accepted, scheduled, cost, k, low_method, high_method in session.execute(
+            query
+        )
+    ]
 
 
-def _above(session: Session, deployment: str, breakeven: float,
-           usage: list[ColumnElement[bool]], costs: Any) -> BreakevenExposure:
+def _above(
+    session: Session,
+    deployment: str,
+    breakeven: float,
+    usage: list[ColumnElement[bool]],
+    costs: Any,
+) -> BreakevenExposure:
     if session.get_bind().dialect.name == "sqlite":
-        seconds = (func.julianday(UsageRecord.finished_at)
-                   - func.julianday(UsageRecord.arrived_at)) * 86_400.0
+        seconds = (
+            func.julianday(UsageRecord.finished_at) - func.julianday(UsageRecord.arrived_at)
+        ) * 86_400.0
     else:
         seconds = func.extract("epoch", UsageRecord.finished_at - UsageRecord.arrived_at)
     n, total_seconds, concurrency, cost, low_method, high_method = session.execute(
-        select(func.count(), func.sum(seconds), func.sum(UsageRecord.concurrency),
-               func.sum(func.coalesce(costs.c.cost, 0)), func.min(UsageRecord.spec_method),
-               func.max(UsageRecord.spec_method))
+        select(
+            func.count(),
+            func.sum(seconds),
+            func.sum(UsageRecord.concurrency),
+            func.sum(func.coalesce(costs.c.cost, 0)),
+            func.min(UsageRecord.spec_method),
+            func.max(UsageRecord.spec_method),
+        )
         .outerjoin(costs, costs.c.event_id == UsageRecord.event_id)
-        .where(*usage, UsageRecord.deployment == deployment,
-               UsageRecord.concurrency > breakeven)).one()
+        .where(*usage, UsageRecord.deployment == deployment, UsageRecord.concurrency > breakeven)
+    ).one()
     n = int(n or 0)
     return BreakevenExposure(
-        deployment=deployment, method=low_method if low_method == high_method else "mixed",
-        requests=n, seconds=float(total_seconds or 0.0),
-        mean_concurrency=float(concurrency or 0) / n if n else 0.0, cost_micros=int(cost or 0))
+        deployment=deployment,
+        method=low_method if low_method == high_method else "mixed",
+        requests=n,
+        seconds=float(total_seconds or 0.0),
+        mean_concurrency=float(concurrency or 0) / n if n else 0.0,
+        cost_micros=int(cost or 0),
+    )
 
 
 def _idle(session: Session, window: TimeWindow) -> list[IdleExposure]:
-    in_window = [LedgerEntry.run_id.in_(_current_runs()),
-                 LedgerEntry.charge_period_start >= window.start,
-                 LedgerEntry.charge_period_start < window.end,
-                 LedgerEntry.kind.in_(("request", "idle")), LedgerEntry.deployment.is_not(None)]
+    in_window = [
+        LedgerEntry.run_id.in_(_current_runs()),
+        LedgerEntry.charge_period_start >= window.start,
+        LedgerEntry.charge_period_start < window.end,
+        LedgerEntry.kind.in_(("request", "idle")),
+        LedgerEntry.deployment.is_not(None),
+    ]
     totals: dict[str, list[int]] = {}
     for deployment, kind, amount in session.execute(
-            select(LedgerEntry.deployment, LedgerEntry.kind,
-                   func.sum(LedgerEntry.effective_cost_micros))
-            .where(*in_window).group_by(LedgerEntry.deployment, LedgerEntry.kind)):
+        select(
+            LedgerEntry.deployment, LedgerEntry.kind, func.sum(LedgerEntry.effective_cost_micros)
+        )
+        .where(*in_window)
+        .group_by(LedgerEntry.deployment, LedgerEntry.kind)
+    ):
         entry = totals.setdefault(str(deployment), [0, 0])
         entry[1] += int(amount or 0)
         if kind == "idle":
             entry[0] += int(amount or 0)
-    replicas = Counter(name for (name,) in session.execute(
-        select(Deployment.name).join(Replica, Replica.deployment_id == Deployment.id)))
-    return [IdleExposure(deployment=name, idle_micros=idle, gpu_micros=total,
-                         replicas=replicas.get(name, 1))
-            for name, (idle, total) in sorted(totals.items())]
+    replicas = Counter(
+        name
+        for (name,) in session.execute(
+            select(Deployment.name).join(Replica, Replica.deployment_id == Deployment.id)
+        )
+    )
+    return [
+        IdleExposure(
+            deployment=name, idle_micros=idle, gpu_micros=total, replicas=replicas.get(name, 1)
+        )
+        for name, (idle, total) in sorted(totals.items())
+    ]
 
 
 def _currency(session: Session, window: TimeWindow) -> str | None:
     return session.scalar(
-        select(LedgerEntry.currency).where(
+        select(LedgerEntry.currency)
+        .where(
             LedgerEntry.run_id.in_(_current_runs()),
             LedgerEntry.charge_period_start >= window.start,
-            LedgerEntry.charge_period_start < window.end).limit(1))
+            LedgerEntry.charge_period_start < window.end,
+        )
+        .limit(1)
+    )

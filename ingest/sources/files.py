@@ -19,8 +19,9 @@ def discover_files(path: Path, *, source: str | None = None) -> SourceBatch:
     if path.is_dir():
         paths = sorted(p for p in path.rglob("*") if p.is_file() and is_billing_file(p))
         if not paths:
-            raise IngestError([Problem(str(path), "the folder holds no .csv, .csv.gz or "
-                                       ".parquet files")])
+            raise IngestError(
+                [Problem(str(path), "the folder holds no .csv, .csv.gz or .parquet files")]
+            )
     else:
         paths = [path]
     files = tuple(

@@ -36,8 +36,9 @@ class _Manifest:
     last_modified: datetime
 
 
-def discover_s3(uri: str, download_dir: Path, *, endpoint_url: str | None = None,
-                source: str | None = None) -> list[SourceBatch]:
+def discover_s3(
+    uri: str, download_dir: Path, *, endpoint_url: str | None = None, source: str | None = None
+) -> list[SourceBatch]:
     """Download the files of the newest manifest of each export and billing period.
 
     Uses boto3's standard credential chain; ``endpoint_url`` points at an S3-compatible server.
@@ -52,9 +53,16 @@ def discover_s3(uri: str, download_dir: Path, *, endpoint_url: str | None = None
     try:
         newest = _newest_manifests(client, bucket, prefix)
         if not newest:
-            raise IngestError([Problem(uri, "no AWS Data Exports manifest "
-                                       "(<export>/metadata/BILLING_PERIOD=YYYY-MM/"
-                                       "<export>-Manifest.json) under this prefix")])
+            raise IngestError(
+                [
+                    Problem(
+                        uri,
+                        "no AWS Data Exports manifest "
+                        "(<export>/metadata/BILLING_PERIOD=YYYY-MM/"
+                        "<export>-Manifest.json) under this prefix",
+                    )
+                ]
+            )
         return [_download(client, bucket, m, download_dir, source) for m in newest]
     except (ClientError, BotoCoreError) as exc:
         raise IngestError([Problem(uri, f"S3 request failed: {exc}")]) from exc
@@ -66,11 +74,11 @@ def _newest_manifests(client: Any, bucket: str, prefix: str) -> list[_Manifest]:
         match = _MANIFEST.match(item["Key"])
         if not match or match["name"].lower() != match["export"].lower():
             continue
-        found = _Manifest(item["Key"], match["export_path"], match["period"],
-                          item["LastModified"])
+        found = _Manifest(item["Key"], match["export_path"], match["period"], item["LastModified"])
         slot = (found.export_path, found.period)
         if slot not in newest or (found.last_modified, found.key) > (
-            newest[slot].last_modified, newest[slot].key
+            newest[slot].last_modified,
+            newest[slot].key,
         ):
             newest[slot] = found
     return [newest[slot] for slot in sorted(newest)]
@@ -81,8 +89,9 @@ def _list(client: Any, bucket: str, prefix: str) -> Iterator[dict[str, Any]]:
         yield from page.get("Contents", [])
 
 
-def _download(client: Any, bucket: str, manifest: _Manifest, download_dir: Path,
-              source: str | None) -> SourceBatch:
+def _download(
+    client: Any, bucket: str, manifest: _Manifest, download_dir: Path, source: str | None
+) -> SourceBatch:
     manifest_uri = f"s3://{bucket}/{manifest.key}"
     body = client.get_object(Bucket=bucket, Key=manifest.key)["Body"].read()
     try:
@@ -101,9 +110,18 @@ def _download(client: Any, bucket: str, manifest: _Manifest, download_dir: Path,
         try:
             client.download_file(file_bucket, key, str(local))
         except ClientError as exc:
-            raise IngestError([Problem(manifest_uri, f"listed file s3://{file_bucket}/{key} "
-                                       f"cannot be read: {exc}")]) from exc
-        files.append(SourceFile(local, f"s3://{file_bucket}/{key}", sha256_of(local),
-                                manifest.last_modified))
-    return SourceBatch(source or f"s3://{bucket}/{manifest.export_path}", tuple(files),
-                       delivered_at=manifest.last_modified)
+            raise IngestError(
+                [
+                    Problem(
+                        manifest_uri, f"listed file s3://{file_bucket}/{key} cannot be read: {exc}"
+                    )
+                ]
+            ) from exc
+        files.append(
+            SourceFile(local, f"s3://{file_bucket}/{key}", sha256_of(local), manifest.last_modified)
+        )
+    return SourceBatch(
+        source or f"s3://{bucket}/{manifest.export_path}",
+        tuple(files),
+        delivered_at=manifest.last_modified,
+    )

@@ -21,34 +21,54 @@ TAG = "specledger-deployment"
 def october(engine: Engine, tmp_path: Path) -> Engine:
     """d1: one replica of 4 GPUs, three priced hours, a shared networking row, one stray row."""
     rows = [focus_row(hour=h, cost="5.672", ResourceId="i-aaa") for h in range(3)]
-    rows.append(focus_row(hour=0, cost="4.50", ServiceCategory="Networking",
-                          ChargePeriodEnd="2026-10-02T00:00:00Z", ResourceId=""))
+    rows.append(
+        focus_row(
+            hour=0,
+            cost="4.50",
+            ServiceCategory="Networking",
+            ChargePeriodEnd="2026-10-02T00:00:00Z",
+            ResourceId="",
+        )
+    )
     rows.append(focus_row(hour=5, cost="-1.25", ChargeCategory="Credit", Tags="{}"))
     ingest_billing(engine, str(write_focus_csv(tmp_path / "oct.csv", rows)), IngestOptions())
     with Session(engine) as session, session.begin():
         add_deployment(session, name="d1")
         add_replica(session, deployment="d1", name="r1", gpus=4)
-    insert_usage(engine, [
-        usage_record(arrived=at(0, 10), gpu_ns=3_000_000_000, team="search", session_id="a"),
-        usage_record(arrived=at(0, 20), gpu_ns=1_000_000_000, team="ads", session_id="b"),
-        # spans the hour boundary: 30 s in hour 0 and 30 s in hour 1
-        usage_record(arrived=at(0, 59, 30), seconds=60, gpu_ns=8_000_000_000, team="ads",
-                     session_id="b"),
-        usage_record(arrived=at(1, 5), gpu_ns=2_000_000_000, team="search", session_id="a"),
-        usage_record(deployment="other", arrived=at(1, 6), gpu_ns=9_000_000_000),
-    ])
+    insert_usage(
+        engine,
+        [
+            usage_record(arrived=at(0, 10), gpu_ns=3_000_000_000, team="search", session_id="a"),
+            usage_record(arrived=at(0, 20), gpu_ns=1_000_000_000, team="ads", session_id="b"),
+            # spans the hour boundary: 30 s in hour 0 and 30 s in hour 1
+            usage_record(
+                arrived=at(0, 59, 30), seconds=60, gpu_ns=8_000_000_000, team="ads", session_id="b"
+            ),
+            usage_record(arrived=at(1, 5), gpu_ns=2_000_000_000, team="search", session_id="a"),
+            usage_record(deployment="other", arrived=at(1, 6), gpu_ns=9_000_000_000),
+        ],
+    )
     return engine
 
 
 def _per_row_sums(engine: Engine) -> list[tuple[int, int, int, int, int]]:
     with engine.connect() as conn:
-        return [tuple(r) for r in conn.execute(
-            select(BillingRow.id, BillingRow.effective_cost_micros, BillingRow.billed_cost_micros,
-                   func.sum(LedgerEntry.effective_cost_micros),
-                   func.sum(LedgerEntry.billed_cost_micros))
-            .join(LedgerEntry, LedgerEntry.billing_row_id == BillingRow.id)
-            .group_by(BillingRow.id, BillingRow.effective_cost_micros,
-                      BillingRow.billed_cost_micros))]
+        return [
+            tuple(r)
+            for r in conn.execute(
+                select(
+                    BillingRow.id,
+                    BillingRow.effective_cost_micros,
+                    BillingRow.billed_cost_micros,
+                    func.sum(LedgerEntry.effective_cost_micros),
+                    func.sum(LedgerEntry.billed_cost_micros),
+                )
+                .join(LedgerEntry, LedgerEntry.billing_row_id == BillingRow.id)
+                .group_by(
+                    BillingRow.id, BillingRow.effective_cost_micros, BillingRow.billed_cost_micros
+                )
+            )
+        ]
 
 
 def test_every_row_is_split_exactly(october: Engine) -> None:
@@ -56,7 +76,9 @@ def test_every_row_is_split_exactly(october: Engine) -> None:
 
     sums = _per_row_sums(october)
     assert len(sums) == 5
-    assert all(eff == eff_sum and billed == billed_sum for _, eff, billed, eff_sum, billed_sum in sums)
+    assert all(
+        eff == eff_sum and billed == billed_sum for _, eff, billed, eff_sum, billed_sum in sums
+    )
     totals = summary.totals["USD"]
     assert sum(totals.values()) == 3 * 5_672_000 + 4_500_000 - 1_250_000
     assert totals["unallocated"] == -1_250_000
@@ -66,11 +88,19 @@ def test_gpu_seconds_drive_the_split(october: Engine) -> None:
     run_allocation(october, month_window("2026-10"), share_idle=False, tag_key=TAG)
     with october.connect() as conn:
         hour0 = conn.execute(
-            select(LedgerEntry.kind, LedgerEntry.team, LedgerEntry.gpu_ns,
-                   LedgerEntry.effective_cost_micros)
-            .where(LedgerEntry.charge_period_start == at(0), LedgerEntry.method == "gpu_seconds",
-                   LedgerEntry.charge_period_end == at(1))
-            .order_by(LedgerEntry.gpu_ns)).all()
+            select(
+                LedgerEntry.kind,
+                LedgerEntry.team,
+                LedgerEntry.gpu_ns,
+                LedgerEntry.effective_cost_micros,
+            )
+            .where(
+                LedgerEntry.charge_period_start == at(0),
+                LedgerEntry.method == "gpu_seconds",
+                LedgerEntry.charge_period_end == at(1),
+            )
+            .order_by(LedgerEntry.gpu_ns)
+        ).all()
     capacity = 4 * 3600 * 10**9
     # 3 s + 1 s + half of the 8 s spanning request
     assert [r.gpu_ns for r in hour0 if r.kind == "request"] == [1e9, 3e9, 4e9]
@@ -83,11 +113,16 @@ def test_gpu_seconds_drive_the_split(october: Engine) -> None:
 def test_hour_without_requests_is_all_idle_and_share_idle_moves_cost(october: Engine) -> None:
     run_allocation(october, month_window("2026-10"), share_idle=True, tag_key=TAG)
     with october.connect() as conn:
-        kinds = dict(conn.execute(
-            select(LedgerEntry.charge_period_start, func.count())
-            .where(LedgerEntry.kind == "idle").group_by(LedgerEntry.charge_period_start)).all())
-        request_total = conn.scalar(select(func.sum(LedgerEntry.effective_cost_micros))
-                                    .where(LedgerEntry.kind == "request"))
+        kinds = dict(
+            conn.execute(
+                select(LedgerEntry.charge_period_start, func.count())
+                .where(LedgerEntry.kind == "idle")
+                .group_by(LedgerEntry.charge_period_start)
+            ).all()
+        )
+        request_total = conn.scalar(
+            select(func.sum(LedgerEntry.effective_cost_micros)).where(LedgerEntry.kind == "request")
+        )
     assert kinds == {at(2): 1}  # only the hour nobody used keeps an idle line
     assert request_total == 2 * 5_672_000 + 4_500_000
 
@@ -99,8 +134,11 @@ def test_rerun_of_an_open_month_replaces_its_entries(october: Engine) -> None:
     assert second.replaced_run_id == first.run_id
     with october.connect() as conn:
         runs = dict(conn.execute(select(AllocationRun.id, AllocationRun.status)).all())
-        by_run = dict(conn.execute(select(LedgerEntry.run_id, func.count())
-                                   .group_by(LedgerEntry.run_id)).all())
+        by_run = dict(
+            conn.execute(
+                select(LedgerEntry.run_id, func.count()).group_by(LedgerEntry.run_id)
+            ).all()
+        )
     assert runs == {first.run_id: "replaced", second.run_id: "current"}
     assert list(by_run) == [second.run_id]
 

@@ -15,7 +15,7 @@ from app.allocation.compute import (
 )
 
 HOUR = 3_600 * 10**9
-money = st.integers(min_value=-10**12, max_value=10**12)
+money = st.integers(min_value=-(10**12), max_value=10**12)
 
 
 @st.composite
@@ -25,28 +25,39 @@ def scenarios(draw):  # type: ignore[no-untyped-def]
     rows = []
     for _ in range(n_rows):
         hour = draw(st.integers(0, 5))
-        rows.append({
-            "start": hour * HOUR, "end": (hour + draw(st.integers(1, 3))) * HOUR,
-            "effective": draw(money), "billed": draw(money),
-            "deployment": draw(st.sampled_from([*deployments, None])),
-            "replica": draw(st.sampled_from([None, None, "r1", "r2"])),
-            "compute": draw(st.booleans()),
-        })
+        rows.append(
+            {
+                "start": hour * HOUR,
+                "end": (hour + draw(st.integers(1, 3))) * HOUR,
+                "effective": draw(money),
+                "billed": draw(money),
+                "deployment": draw(st.sampled_from([*deployments, None])),
+                "replica": draw(st.sampled_from([None, None, "r1", "r2"])),
+                "compute": draw(st.booleans()),
+            }
+        )
     n_usage = draw(st.integers(0, 25))
     usage = []
     for _ in range(n_usage):
         arrived = draw(st.integers(0, 7 * HOUR))
-        usage.append({
-            "deployment": draw(st.sampled_from(deployments)),
-            "replica": draw(st.sampled_from(["r1", "r2"])),
-            "team": draw(st.sampled_from(["a", "b", None])),
-            "arrived": arrived, "finished": arrived + draw(st.integers(0, 2 * HOUR)),
-            "gpu": draw(st.integers(0, 8 * HOUR)),
-        })
+        usage.append(
+            {
+                "deployment": draw(st.sampled_from(deployments)),
+                "replica": draw(st.sampled_from(["r1", "r2"])),
+                "team": draw(st.sampled_from(["a", "b", None])),
+                "arrived": arrived,
+                "finished": arrived + draw(st.integers(0, 2 * HOUR)),
+                "gpu": draw(st.integers(0, 8 * HOUR)),
+            }
+        )
     policies = {
-        name: DeploymentPolicy(name, gpus_total=draw(st.integers(0, 8)),
-                               shared_policy=draw(st.sampled_from(list(SharedPolicy))),
-                               shared_team="platform", replica_gpus={"r1": 4, "r2": 2})
+        name: DeploymentPolicy(
+            name,
+            gpus_total=draw(st.integers(0, 8)),
+            shared_policy=draw(st.sampled_from(list(SharedPolicy))),
+            shared_team="platform",
+            replica_gpus={"r1": 4, "r2": 2},
+        )
         for name in deployments
     }
     return rows, usage, policies, draw(st.booleans())
@@ -64,7 +75,8 @@ def _arrays(rows, usage):  # type: ignore[no-untyped-def]
         is_compute=np.array([r["compute"] for r in rows], bool),
     )
     use = Usage(
-        deployment=[u["deployment"] for u in usage], replica=[u["replica"] for u in usage],
+        deployment=[u["deployment"] for u in usage],
+        replica=[u["replica"] for u in usage],
         team=[u["team"] for u in usage],
         arrived_ns=np.array([u["arrived"] for u in usage], np.int64),
         finished_ns=np.array([u["finished"] for u in usage], np.int64),
@@ -104,8 +116,9 @@ def test_requests_get_their_gpu_share_within_one_micro(scenario) -> None:  # typ
         if not mine.any():
             continue
         basis = int(entries["gpu_ns"][mine].sum())
-        for weight, amount in zip(entries["gpu_ns"][mine], entries["effective_micros"][mine],
-                                  strict=True):
+        for weight, amount in zip(
+            entries["gpu_ns"][mine], entries["effective_micros"][mine], strict=True
+        ):
             exact = Fraction(row["effective"] * int(weight), basis)
             assert abs(amount - exact) < 1
         requests = entries["usage_index"][mine & (entries["kind"] == "request")]

@@ -32,15 +32,22 @@ def _ingest(engine: Engine, path: Path, rows: list[dict[str, str]], *, age_s: fl
 
 @pytest.fixture
 def closed_october(engine: Engine, tmp_path: Path) -> Engine:
-    _ingest(engine, tmp_path / "oct.csv",
-            [focus_row(hour=h, cost="10.00") for h in range(2)], age_s=3600)
+    _ingest(
+        engine,
+        tmp_path / "oct.csv",
+        [focus_row(hour=h, cost="10.00") for h in range(2)],
+        age_s=3600,
+    )
     with Session(engine) as session, session.begin():
         add_deployment(session, name="d1")
         add_replica(session, deployment="d1", name="r1", gpus=1)
-    insert_usage(engine, [
-        usage_record(arrived=at(0, 5), gpu_ns=1_800 * 10**9, team="search", session_id="a"),
-        usage_record(arrived=at(1, 5), gpu_ns=900 * 10**9, team="ads", session_id="b"),
-    ])
+    insert_usage(
+        engine,
+        [
+            usage_record(arrived=at(0, 5), gpu_ns=1_800 * 10**9, team="search", session_id="a"),
+            usage_record(arrived=at(1, 5), gpu_ns=900 * 10**9, team="ads", session_id="b"),
+        ],
+    )
     run_allocation(engine, month_window("2026-10"), share_idle=False, tag_key=TAG)
     close_month(engine, "2026-10")
     return engine
@@ -48,15 +55,26 @@ def closed_october(engine: Engine, tmp_path: Path) -> Engine:
 
 def _entry_count(engine: Engine, month: str) -> int:
     with engine.connect() as conn:
-        return conn.scalar(select(func.count()).select_from(LedgerEntry)
-                           .where(LedgerEntry.booked_month == month)) or 0
+        return (
+            conn.scalar(
+                select(func.count())
+                .select_from(LedgerEntry)
+                .where(LedgerEntry.booked_month == month)
+            )
+            or 0
+        )
 
 
-@pytest.mark.parametrize("statement", [
-    update(LedgerEntry).where(LedgerEntry.booked_month == "2026-10").values(effective_cost_micros=0),
-    delete(LedgerEntry).where(LedgerEntry.booked_month == "2026-10"),
-    delete(LedgerClosure),
-])
+@pytest.mark.parametrize(
+    "statement",
+    [
+        update(LedgerEntry)
+        .where(LedgerEntry.booked_month == "2026-10")
+        .values(effective_cost_micros=0),
+        delete(LedgerEntry).where(LedgerEntry.booked_month == "2026-10"),
+        delete(LedgerClosure),
+    ],
+)
 def test_the_database_refuses_to_change_a_closed_month(closed_october: Engine, statement) -> None:  # type: ignore[no-untyped-def]
     before = _entry_count(closed_october, "2026-10")
     with pytest.raises(DBAPIError, match="closed"), closed_october.begin() as conn:
@@ -89,58 +107,88 @@ def test_redelivery_of_a_closed_month_becomes_adjustments_in_the_next_open_month
 ) -> None:
     frozen = _entry_count(closed_october, "2026-10")
     # AWS restates October: hour 1 now costs 16.00 instead of 10.00.
-    _ingest(closed_october, tmp_path / "oct-restated.csv",
-            [focus_row(hour=0, cost="10.00"), focus_row(hour=1, cost="16.00")])
+    _ingest(
+        closed_october,
+        tmp_path / "oct-restated.csv",
+        [focus_row(hour=0, cost="10.00"), focus_row(hour=1, cost="16.00")],
+    )
     _ingest(closed_october, tmp_path / "nov.csv", [focus_row("2026-11", hour=0, cost="3.00")])
 
-    summary = run_allocation(closed_october, month_window("2026-11"), share_idle=False,
-                             tag_key=TAG)
+    summary = run_allocation(closed_october, month_window("2026-11"), share_idle=False, tag_key=TAG)
 
     assert summary.adjusted_months == ["2026-10"]
     assert _entry_count(closed_october, "2026-10") == frozen
     with closed_october.connect() as conn:
         adjustments = conn.execute(
             select(LedgerEntry.method, LedgerEntry.team, LedgerEntry.effective_cost_micros)
-            .where(LedgerEntry.kind == "adjustment").order_by(LedgerEntry.method,
-                                                              LedgerEntry.team)).all()
-        november_rows = conn.scalar(select(func.sum(LedgerEntry.effective_cost_micros)).where(
-            LedgerEntry.booked_month == "2026-11", LedgerEntry.kind != "adjustment"))
+            .where(LedgerEntry.kind == "adjustment")
+            .order_by(LedgerEntry.method, LedgerEntry.team)
+        ).all()
+        november_rows = conn.scalar(
+            select(func.sum(LedgerEntry.effective_cost_micros)).where(
+                LedgerEntry.booked_month == "2026-11", LedgerEntry.kind != "adjustment"
+            )
+        )
     # hour 1: ads used 900 of 3600 GPU-s -> +6.00 * 1/4 to ads, +4.50 to idle
     assert [(a.method, a.team, a.effective_cost_micros) for a in adjustments] == [
-        ("restatement:idle", None, 4_500_000), ("restatement:request", "ads", 1_500_000)]
+        ("restatement:idle", None, 4_500_000),
+        ("restatement:request", "ads", 1_500_000),
+    ]
     assert all(a.effective_cost_micros for a in adjustments)
     assert november_rows == 3_000_000
 
     # Re-running November recomputes the same adjustments (no double counting).
     run_allocation(closed_october, month_window("2026-11"), share_idle=False, tag_key=TAG)
     with closed_october.connect() as conn:
-        total = conn.scalar(select(func.sum(LedgerEntry.effective_cost_micros))
-                            .where(LedgerEntry.kind == "adjustment"))
+        total = conn.scalar(
+            select(func.sum(LedgerEntry.effective_cost_micros)).where(
+                LedgerEntry.kind == "adjustment"
+            )
+        )
     assert total == 6_000_000
 
 
-def test_correction_rows_name_the_month_they_correct(closed_october: Engine, tmp_path: Path) -> None:
-    correction = focus_row("2026-11", hour=0, cost="-2.00", ChargeClass="Correction",
-                           ChargePeriodStart="2026-10-01T01:00:00Z",
-                           ChargePeriodEnd="2026-10-01T02:00:00Z")
+def test_correction_rows_name_the_month_they_correct(
+    closed_october: Engine, tmp_path: Path
+) -> None:
+    correction = focus_row(
+        "2026-11",
+        hour=0,
+        cost="-2.00",
+        ChargeClass="Correction",
+        ChargePeriodStart="2026-10-01T01:00:00Z",
+        ChargePeriodEnd="2026-10-01T02:00:00Z",
+    )
     _ingest(closed_october, tmp_path / "nov.csv", [correction])
 
     run_allocation(closed_october, month_window("2026-11"), share_idle=False, tag_key=TAG)
 
     with closed_october.connect() as conn:
-        rows = conn.execute(select(LedgerEntry.kind, LedgerEntry.team,
-                                   LedgerEntry.corrects_month, LedgerEntry.effective_cost_micros)
-                            .where(LedgerEntry.booked_month == "2026-11")
-                            .order_by(LedgerEntry.kind)).all()
+        rows = conn.execute(
+            select(
+                LedgerEntry.kind,
+                LedgerEntry.team,
+                LedgerEntry.corrects_month,
+                LedgerEntry.effective_cost_micros,
+            )
+            .where(LedgerEntry.booked_month == "2026-11")
+            .order_by(LedgerEntry.kind)
+        ).all()
     # October's usage of that hour drives the split: ads 1/4, idle 3/4.
     assert [(r.kind, r.team, r.corrects_month, r.effective_cost_micros) for r in rows] == [
-        ("idle", None, "2026-10", -1_500_000), ("request", "ads", "2026-10", -500_000)]
+        ("idle", None, "2026-10", -1_500_000),
+        ("request", "ads", "2026-10", -500_000),
+    ]
 
 
-def test_focus_export_carries_restatements_as_correction_rows(closed_october: Engine,
-                                                              tmp_path: Path) -> None:
-    _ingest(closed_october, tmp_path / "oct-restated.csv",
-            [focus_row(hour=0, cost="10.00"), focus_row(hour=1, cost="16.00")])
+def test_focus_export_carries_restatements_as_correction_rows(
+    closed_october: Engine, tmp_path: Path
+) -> None:
+    _ingest(
+        closed_october,
+        tmp_path / "oct-restated.csv",
+        [focus_row(hour=0, cost="10.00"), focus_row(hour=1, cost="16.00")],
+    )
     _ingest(closed_october, tmp_path / "nov.csv", [focus_row("2026-11", hour=0, cost="3.00")])
     run_allocation(closed_october, month_window("2026-11"), share_idle=False, tag_key=TAG)
 
@@ -148,13 +196,20 @@ def test_focus_export_carries_restatements_as_correction_rows(closed_october: En
 
     corrections = [r for r in rows if r["ChargeClass"] == "Correction"]
     assert sorted((r["x_CorrectsMonth"], r["EffectiveCost"]) for r in corrections) == [
-        ("2026-10", Decimal("1.5")), ("2026-10", Decimal("4.5"))]
-    assert all(r["ChargeCategory"] == "Adjustment" and r["x_SourceBillingRowId"] is None
-               and r["BillingPeriodStart"] == "2026-11-01T00:00:00Z"
-               and r["ChargePeriodStart"] == "2026-10-01T00:00:00Z"
-               and r["ProviderName"] == "AWS" for r in corrections)
+        ("2026-10", Decimal("1.5")),
+        ("2026-10", Decimal("4.5")),
+    ]
+    assert all(
+        r["ChargeCategory"] == "Adjustment"
+        and r["x_SourceBillingRowId"] is None
+        and r["BillingPeriodStart"] == "2026-11-01T00:00:00Z"
+        and r["ChargePeriodStart"] == "2026-10-01T00:00:00Z"
+        and r["ProviderName"] == "AWS"
+        for r in corrections
+    )
     # The export holds November's bill and the restatement it books, nothing else.
     assert sum(r["EffectiveCost"] for r in rows) == Decimal("3.00") + Decimal("6.00")
     ads_only = focus_allocation_table(closed_october, "2026-11", team="ads").to_pylist()
     assert [r["EffectiveCost"] for r in ads_only if r["ChargeClass"] == "Correction"] == [
-        Decimal("1.5")]
+        Decimal("1.5")
+    ]

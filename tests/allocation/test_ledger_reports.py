@@ -26,22 +26,55 @@ def _ok(*args: str) -> str:
 
 @pytest.fixture
 def allocated(engine: Engine, cli_env: str, tmp_path: Path) -> Engine:
-    rows = [focus_row(hour=h, cost="7.20", ListCost="9.00", ContractedCost="8.10") for h in range(2)]
-    rows.append(focus_row(hour=0, cost="1.00", ServiceCategory="Networking", ResourceId="",
-                          ChargePeriodEnd="2026-10-02T00:00:00Z"))
+    rows = [
+        focus_row(hour=h, cost="7.20", ListCost="9.00", ContractedCost="8.10") for h in range(2)
+    ]
+    rows.append(
+        focus_row(
+            hour=0,
+            cost="1.00",
+            ServiceCategory="Networking",
+            ResourceId="",
+            ChargePeriodEnd="2026-10-02T00:00:00Z",
+        )
+    )
     rows.append(focus_row(hour=0, cost="0.55", Tags='{"other": "x"}', ServiceCategory="Storage"))
     _ok("ingest", "billing", str(write_focus_csv(tmp_path / "oct.csv", rows)))
     _ok("deployments", "add", "d1", "--shared-policy", "even")
     _ok("deployments", "add-replica", "d1", "r1", "--gpus", "2")
-    insert_usage(engine, [
-        usage_record(arrived=at(0, 1), seconds=10, gpu_ns=720 * 10**9, team="search",
-                     session_id="s1", tags={"app": "chat"}),
-        usage_record(arrived=at(0, 1, 5), seconds=10, gpu_ns=360 * 10**9, team="search",
-                     session_id="s1", tags={"app": "chat"}),
-        usage_record(arrived=at(1, 30), seconds=4, gpu_ns=1_440 * 10**9, team="ads",
-                     session_id="s2", tags={"app": "rag"}, num_drafts=10, draft_tokens=40,
-                     accepted_tokens=10, cost_center="CC-7"),
-    ])
+    insert_usage(
+        engine,
+        [
+            usage_record(
+                arrived=at(0, 1),
+                seconds=10,
+                gpu_ns=720 * 10**9,
+                team="search",
+                session_id="s1",
+                tags={"app": "chat"},
+            ),
+            usage_record(
+                arrived=at(0, 1, 5),
+                seconds=10,
+                gpu_ns=360 * 10**9,
+                team="search",
+                session_id="s1",
+                tags={"app": "chat"},
+            ),
+            usage_record(
+                arrived=at(1, 30),
+                seconds=4,
+                gpu_ns=1_440 * 10**9,
+                team="ads",
+                session_id="s2",
+                tags={"app": "rag"},
+                num_drafts=10,
+                draft_tokens=40,
+                accepted_tokens=10,
+                cost_center="CC-7",
+            ),
+        ],
+    )
     _ok("allocate", "--month", "2026-10")
     return engine
 
@@ -68,19 +101,22 @@ def test_unit_costs_by_team_add_up_to_the_bill(allocated: Engine) -> None:
     assert search["session_seconds"] == 15.0  # two overlapping requests: 0..10 s and 5..15 s
     assert search["gpu_seconds"] == 1080.0
     assert search["cost_per_1k_session_seconds"] == str(
-        (Decimal("1.58") * 1000 / 15).quantize(Decimal("0.000001")))
+        (Decimal("1.58") * 1000 / 15).quantize(Decimal("0.000001"))
+    )
     ads = by_team["ads"]
     assert ads["acceptance_rate"] == 0.25
     assert ads["mean_acceptance_length"] == 2.0
 
 
 def test_costs_by_tag_and_session_and_team_filter(allocated: Engine) -> None:
-    lines = json.loads(_ok("costs", "--month", "2026-10", "--by", "tag:app,session",
-                           "--json"))["lines"]
+    lines = json.loads(_ok("costs", "--month", "2026-10", "--by", "tag:app,session", "--json"))[
+        "lines"
+    ]
     keys = {(line["tag:app"], line["session"]) for line in lines}
     assert {("chat", "s1"), ("rag", "s2")} <= keys
-    only_ads = json.loads(_ok("costs", "--month", "2026-10", "--by", "team", "--team", "ads",
-                              "--json"))["lines"]
+    only_ads = json.loads(
+        _ok("costs", "--month", "2026-10", "--by", "team", "--team", "ads", "--json")
+    )["lines"]
     assert {line["team"] for line in only_ads} == {"ads"}
     bad = runner.invoke(app, ["costs", "--month", "2026-10", "--by", "colour"])
     assert bad.exit_code == 2
@@ -88,19 +124,24 @@ def test_costs_by_tag_and_session_and_team_filter(allocated: Engine) -> None:
 
 
 @pytest.mark.parametrize("fmt", ["csv", "parquet"])
-def test_chargeback_totals_equal_the_reconciliation(allocated: Engine, tmp_path: Path,
-                                                    fmt: str) -> None:
+def test_chargeback_totals_equal_the_reconciliation(
+    allocated: Engine, tmp_path: Path, fmt: str
+) -> None:
     out = tmp_path / f"chargeback.{fmt}"
     _ok("export", "chargeback", "--month", "2026-10", "--format", fmt, "--out", str(out))
     table = pq.read_table(out) if fmt == "parquet" else pacsv.read_csv(out)
     costs = [Decimal(str(v)) for v in table.column("effective_cost").to_pylist()]
     assert sum(costs) == Decimal("15.95")
-    assert set(table.column_names) >= {"team", "deployment", "cost_per_1m_output_tokens",
-                                       "session_seconds", "idle_share"}
+    assert set(table.column_names) >= {
+        "team",
+        "deployment",
+        "cost_per_1m_output_tokens",
+        "session_seconds",
+        "idle_share",
+    }
 
 
-def test_focus_export_shares_sum_back_to_each_source_row(allocated: Engine,
-                                                         tmp_path: Path) -> None:
+def test_focus_export_shares_sum_back_to_each_source_row(allocated: Engine, tmp_path: Path) -> None:
     out = tmp_path / "allocated.parquet"
     _ok("export", "chargeback", "--month", "2026-10", "--format", "focus", "--out", str(out))
     table = pq.read_table(out).to_pylist()
@@ -109,14 +150,23 @@ def test_focus_export_shares_sum_back_to_each_source_row(allocated: Engine,
     for row_id, source in sources.items():
         shares = [r for r in table if r["x_SourceBillingRowId"] == row_id]
         assert shares, row_id
-        for column, micros in (("BilledCost", source.billed_cost_micros),
-                               ("EffectiveCost", source.effective_cost_micros),
-                               ("ListCost", source.list_cost_micros),
-                               ("ContractedCost", source.contracted_cost_micros)):
+        for column, micros in (
+            ("BilledCost", source.billed_cost_micros),
+            ("EffectiveCost", source.effective_cost_micros),
+            ("ListCost", source.list_cost_micros),
+            ("ContractedCost", source.contracted_cost_micros),
+        ):
             assert sum(r[column] for r in shares) == Decimal(micros) / 10**6
-        assert all(r["ChargePeriodStart"] == f"{source.charge_period_start:%Y-%m-%dT%H:%M:%SZ}"
-                   for r in shares)
-    requests = [r for r in table if r["AllocatedMethodId"] == "specledger:gpu-seconds"
-                and r["AllocatedResourceId"] and r["AllocatedResourceId"].startswith("evt-")]
+        assert all(
+            r["ChargePeriodStart"] == f"{source.charge_period_start:%Y-%m-%dT%H:%M:%SZ}"
+            for r in shares
+        )
+    requests = [
+        r
+        for r in table
+        if r["AllocatedMethodId"] == "specledger:gpu-seconds"
+        and r["AllocatedResourceId"]
+        and r["AllocatedResourceId"].startswith("evt-")
+    ]
     assert {json.loads(r["AllocatedTags"])["team"] for r in requests} == {"search", "ads"}
     assert all(r["ServiceProviderName"] == "AWS" for r in table)

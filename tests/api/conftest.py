@@ -45,29 +45,54 @@ def client(engine: Engine, db_url: str) -> Iterator[TestClient]:
 @pytest.fixture
 def keys(engine: Engine) -> Keys:
     with Session(engine) as session, session.begin():
-        return Keys(admin=create_key(session, team=None, admin=True).secret,
-                    orchid=create_key(session, team="orchid", admin=False).secret,
-                    walrus=create_key(session, team="walrus", admin=False).secret)
+        return Keys(
+            admin=create_key(session, team=None, admin=True).secret,
+            orchid=create_key(session, team="orchid", admin=False).secret,
+            walrus=create_key(session, team="walrus", admin=False).secret,
+        )
 
 
 def at(hour: int, minute: int = 0, second: float = 0) -> datetime:
     return datetime(2026, 10, 1, hour, minute, tzinfo=UTC) + timedelta(seconds=second)
 
 
-def event(team: str, session_id: str, arrived: datetime, *, seconds: float = 10,
-          gpu_s: int = 100, drafted: int = 80, accepted: int = 60, concurrency: int = 1,
-          **overrides: Any) -> dict[str, Any]:
+def event(
+    team: str,
+    session_id: str,
+    arrived: datetime,
+    *,
+    seconds: float = 10,
+    gpu_s: int = 100,
+    drafted: int = 80,
+    accepted: int = 60,
+    concurrency: int = 1,
+    **overrides: Any,
+) -> dict[str, Any]:
     """A usage event as the proxy would POST it."""
     body: dict[str, Any] = {
-        "event_id": f"evt-{team}-{next(_ids)}", "session_id": session_id, "team": team,
-        "cost_center": f"cc-{team}", "tags": {"app": f"{team}-app"}, "deployment": "d1",
-        "replica": "r1", "model": "smollm2-135m", "endpoint": "completions",
-        "spec_method": "ngram", "spec_k": 4, "arrived_at": arrived.isoformat(),
+        "event_id": f"evt-{team}-{next(_ids)}",
+        "session_id": session_id,
+        "team": team,
+        "cost_center": f"cc-{team}",
+        "tags": {"app": f"{team}-app"},
+        "deployment": "d1",
+        "replica": "r1",
+        "model": "smollm2-135m",
+        "endpoint": "completions",
+        "spec_method": "ngram",
+        "spec_k": 4,
+        "arrived_at": arrived.isoformat(),
         "first_token_at": (arrived + timedelta(seconds=0.2)).isoformat(),
         "finished_at": (arrived + timedelta(seconds=seconds)).isoformat(),
-        "prompt_tokens": 100, "completion_tokens": 50, "num_drafts": 20,
-        "draft_tokens": drafted, "accepted_tokens": accepted, "gpu_ns": gpu_s * 10**9,
-        "concurrency": concurrency, "status": "ok", "http_status": 200,
+        "prompt_tokens": 100,
+        "completion_tokens": 50,
+        "num_drafts": 20,
+        "draft_tokens": drafted,
+        "accepted_tokens": accepted,
+        "gpu_ns": gpu_s * 10**9,
+        "concurrency": concurrency,
+        "status": "ok",
+        "http_status": 200,
     }
     body.update(overrides)
     return body
@@ -85,26 +110,47 @@ class Seeded:
     events: list[dict[str, Any]]
 
 
-SWEEP = {1: (28.8, 49.4), 2: (52.5, 68.0), 4: (110.1, 86.3), 8: (159.6, 109.0),
-         16: (204.5, 134.7)}
+SWEEP = {1: (28.8, 49.4), 2: (52.5, 68.0), 4: (110.1, 86.3), 8: (159.6, 109.0), 16: (204.5, 134.7)}
 """Output tokens/s without and with ngram k=4, measured on this project's CPU machines."""
 
 
 def store_sweep(engine: Engine, *, deployment: str = "d1") -> int:
     rows = []
     for concurrency, (plain, spec) in SWEEP.items():
-        rows.append(SweepRow(point=SweepPoint(config="none", method="none", k=0,
-                                              concurrency=concurrency,
-                                              output_tokens_per_s=plain)))
-        rows.append(SweepRow(point=SweepPoint(config="ngram-k4", method="ngram", k=4,
-                                              concurrency=concurrency,
-                                              output_tokens_per_s=spec, acceptance_rate=0.5,
-                                              mean_acceptance_length=3.0)))
+        rows.append(
+            SweepRow(
+                point=SweepPoint(
+                    config="none",
+                    method="none",
+                    k=0,
+                    concurrency=concurrency,
+                    output_tokens_per_s=plain,
+                )
+            )
+        )
+        rows.append(
+            SweepRow(
+                point=SweepPoint(
+                    config="ngram-k4",
+                    method="ngram",
+                    k=4,
+                    concurrency=concurrency,
+                    output_tokens_per_s=spec,
+                    acceptance_rate=0.5,
+                    mean_acceptance_length=3.0,
+                )
+            )
+        )
     _, body = fit_rows(rows, source="test", bootstrap_samples=0, seed=0)
     with Session(engine) as session, session.begin():
-        return repository.add_sweep(session, name="cpu-sweep", rows=rows,
-                                    settings={"prompts": "copy-heavy"},
-                                    deployment=deployment, fit=body).id
+        return repository.add_sweep(
+            session,
+            name="cpu-sweep",
+            rows=rows,
+            settings={"prompts": "copy-heavy"},
+            deployment=deployment,
+            fit=body,
+        ).id
 
 
 @pytest.fixture
@@ -114,22 +160,52 @@ def seeded(client: TestClient, keys: Keys, engine: Engine, tmp_path: Path) -> Se
     acceptance, high concurrency); a fitted sweep; everything allocated."""
     admin = keys.header("admin")
     rows = [focus_row(hour=h, cost="7.20") for h in range(2)]
-    rows.append(focus_row(hour=0, cost="1.00", ServiceCategory="Networking", ResourceId="",
-                          ChargePeriodEnd="2026-10-02T00:00:00Z"))
+    rows.append(
+        focus_row(
+            hour=0,
+            cost="1.00",
+            ServiceCategory="Networking",
+            ResourceId="",
+            ChargePeriodEnd="2026-10-02T00:00:00Z",
+        )
+    )
     rows.append(focus_row(hour=0, cost="0.55", Tags='{"other": "x"}', ServiceCategory="Storage"))
     bill = write_focus_csv(tmp_path / "oct.csv", rows)
     _ok(client.post("/v1/billing/ingest", json={"location": str(bill)}, headers=admin))
-    _ok(client.post("/v1/deployments", json={"name": "d1", "shared_policy": "even"},
-                    headers=admin), 201)
-    _ok(client.post("/v1/deployments/d1/replicas", json={"name": "r1", "gpus": 2},
-                    headers=admin), 201)
-    _ok(client.post("/v1/deployments", json={"name": "d2", "shared_policy": "team",
-                                             "shared_team": "walrus"}, headers=admin), 201)
-    events = [event("orchid", "sess-orchid-1", at(0, 1), gpu_s=720),
-              event("orchid", "sess-orchid-1", at(0, 1, 5), gpu_s=360),
-              event("orchid", "sess-orchid-2", at(1, 5), gpu_s=300)]
-    events += [event("walrus", "sess-walrus-1", at(1, 10, 20 * i), seconds=15, gpu_s=200,
-                     drafted=100, accepted=5, concurrency=8) for i in range(8)]
+    _ok(
+        client.post("/v1/deployments", json={"name": "d1", "shared_policy": "even"}, headers=admin),
+        201,
+    )
+    _ok(
+        client.post("/v1/deployments/d1/replicas", json={"name": "r1", "gpus": 2}, headers=admin),
+        201,
+    )
+    _ok(
+        client.post(
+            "/v1/deployments",
+            json={"name": "d2", "shared_policy": "team", "shared_team": "walrus"},
+            headers=admin,
+        ),
+        201,
+    )
+    events = [
+        event("orchid", "sess-orchid-1", at(0, 1), gpu_s=720),
+        event("orchid", "sess-orchid-1", at(0, 1, 5), gpu_s=360),
+        event("orchid", "sess-orchid-2", at(1, 5), gpu_s=300),
+    ]
+    events += [
+        event(
+            "walrus",
+            "sess-walrus-1",
+            at(1, 10, 20 * i),
+            seconds=15,
+            gpu_s=200,
+            drafted=100,
+            accepted=5,
+            concurrency=8,
+        )
+        for i in range(8)
+    ]
     result = _ok(client.post("/v1/usage/events", json={"events": events}, headers=admin))
     assert result == {"received": len(events), "inserted": len(events), "duplicates": 0}
     _ok(client.post("/v1/allocation/runs", json={"month": "2026-10"}, headers=admin), 201)

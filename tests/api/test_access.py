@@ -33,46 +33,67 @@ class Case:
     """More query parameters to run the team checks with (other aggregates, formats)."""
 
 
-PUBLIC = {("GET", "/healthz"), ("GET", "/readyz"), ("GET", "/metrics"),
-          ("GET", "/openapi.json"), ("GET", "/docs"), ("GET", "/docs/oauth2-redirect"),
-          ("GET", "/redoc")}
+PUBLIC = {
+    ("GET", "/healthz"),
+    ("GET", "/readyz"),
+    ("GET", "/metrics"),
+    ("GET", "/openapi.json"),
+    ("GET", "/docs"),
+    ("GET", "/docs/oauth2-redirect"),
+    ("GET", "/redoc"),
+}
 """Operations and documentation: no key needed, and no team data in them."""
 
 CASES: dict[tuple[str, str], Case] = {
     ("GET", "/v1/whoami"): Case(),
     ("GET", "/v1/allocation"): Case(
-        query={"window": "2026-10", "aggregate": "team,session,model,tag:app,cost_center",
-               "step": "hour", "idle": "share"}, team_param=True, shows_team_data=True,
-        variants=({"idle": "separate", "aggregate": "deployment,method", "step": "day"},
-                  {"aggregate": "session", "format": "csv", "cost_metric": "billed"})),
+        query={
+            "window": "2026-10",
+            "aggregate": "team,session,model,tag:app,cost_center",
+            "step": "hour",
+            "idle": "share",
+        },
+        team_param=True,
+        shows_team_data=True,
+        variants=(
+            {"idle": "separate", "aggregate": "deployment,method", "step": "day"},
+            {"aggregate": "session", "format": "csv", "cost_metric": "billed"},
+        ),
+    ),
     ("POST", "/v1/allocation/runs"): Case(body={"month": "2026-10"}, admin_only=True),
-    ("GET", "/v1/costs"): Case(query={"month": "2026-10", "by": "team,session,tag:app"},
-                               team_param=True, shows_team_data=True,
-                               variants=({"by": "deployment,cost_center", "format": "csv"},)),
+    ("GET", "/v1/costs"): Case(
+        query={"month": "2026-10", "by": "team,session,tag:app"},
+        team_param=True,
+        shows_team_data=True,
+        variants=({"by": "deployment,cost_center", "format": "csv"},),
+    ),
     ("GET", "/v1/reconciliation"): Case(query={"month": "2026-10"}, admin_only=True),
-    ("GET", "/v1/chargeback"): Case(query={"month": "2026-10", "format": "focus-csv"},
-                                    team_param=True, shows_team_data=True,
-                                    variants=({"format": "csv"},
-                                              {"format": "csv", "by_cost_center": True})),
+    ("GET", "/v1/chargeback"): Case(
+        query={"month": "2026-10", "format": "focus-csv"},
+        team_param=True,
+        shows_team_data=True,
+        variants=({"format": "csv"}, {"format": "csv", "by_cost_center": True}),
+    ),
     ("GET", "/v1/ledger/closures"): Case(),
     ("POST", "/v1/ledger/closures"): Case(body={"month": "2026-10"}, admin_only=True),
     ("POST", "/v1/usage/events"): Case(body={"events": []}, admin_only=True),
-    ("GET", "/v1/sessions"): Case(query={"window": "2026-10"}, team_param=True,
-                                  shows_team_data=True),
-    ("GET", "/v1/sessions/{session_id}"): Case(path_params={"session_id": "OTHER_SESSION"},
-                                               team_status=404),
+    ("GET", "/v1/sessions"): Case(
+        query={"window": "2026-10"}, team_param=True, shows_team_data=True
+    ),
+    ("GET", "/v1/sessions/{session_id}"): Case(
+        path_params={"session_id": "OTHER_SESSION"}, team_status=404
+    ),
     ("GET", "/v1/breakeven/sweeps"): Case(),
     ("GET", "/v1/breakeven/sweeps/{sweep_id}"): Case(path_params={"sweep_id": "SWEEP"}),
     ("GET", "/v1/breakeven/sweeps/{sweep_id}/fit"): Case(path_params={"sweep_id": "SWEEP"}),
     ("GET", "/v1/tiers"): Case(),
     ("GET", "/v1/tiers/recommendation"): Case(query={"concurrency": 10, "tpot_p90": 0.05}),
-    ("GET", "/v1/waste"): Case(query={"window": "2026-10", "min_requests": 1},
-                               team_param=True),
+    ("GET", "/v1/waste"): Case(query={"window": "2026-10", "min_requests": 1}, team_param=True),
     ("GET", "/v1/deployments"): Case(),
     ("POST", "/v1/deployments"): Case(body={"name": "d9"}, admin_only=True),
-    ("POST", "/v1/deployments/{name}/replicas"): Case(path_params={"name": "d1"},
-                                                      body={"name": "r9", "gpus": 1},
-                                                      admin_only=True),
+    ("POST", "/v1/deployments/{name}/replicas"): Case(
+        path_params={"name": "d1"}, body={"name": "r9", "gpus": 1}, admin_only=True
+    ),
     ("POST", "/v1/billing/ingest"): Case(body={"location": "/nonexistent"}, admin_only=True),
     ("GET", "/dashboards"): Case(shows_team_data=True),  # redirects to the cost page
     ("GET", "/dashboards/cost"): Case(team_param=True, shows_team_data=True),
@@ -96,16 +117,25 @@ def app_routes(client: TestClient) -> set[tuple[str, str]]:
     return routes
 
 
-def _call(client: TestClient, method: str, template: str, case: Case, seeded: Seeded,
-          headers: dict[str, str], other: str = "walrus", **extra_query: Any) -> Any:
+def _call(
+    client: TestClient,
+    method: str,
+    template: str,
+    case: Case,
+    seeded: Seeded,
+    headers: dict[str, str],
+    other: str = "walrus",
+    **extra_query: Any,
+) -> Any:
     """Call a route with its path parameters filled in; ``OTHER_SESSION`` is a session of
     team ``other``."""
     values = {"SWEEP": str(seeded.sweep_id), "OTHER_SESSION": f"sess-{other}-1"}
     path = template
     for name, value in case.path_params.items():
         path = path.replace("{" + name + "}", values.get(value, value))
-    return client.request(method, path, params={**case.query, **extra_query},
-                          json=case.body, headers=headers)
+    return client.request(
+        method, path, params={**case.query, **extra_query}, json=case.body, headers=headers
+    )
 
 
 def test_the_table_covers_every_route(client: TestClient) -> None:
@@ -118,13 +148,17 @@ def test_the_table_covers_every_route(client: TestClient) -> None:
 def test_every_route_enforces_keys_and_team_scope(client: TestClient, seeded: Seeded) -> None:
     failures: list[str] = []
     wrong = {"Authorization": "Bearer slk_" + "x" * 43}
-    revoked_looking = {"X-API-Key": seeded.keys.orchid[:-1] + ("A" if seeded.keys.orchid[-1]
-                                                                != "A" else "B")}
+    revoked_looking = {
+        "X-API-Key": seeded.keys.orchid[:-1] + ("A" if seeded.keys.orchid[-1] != "A" else "B")
+    }
     for (method, template), case in sorted(CASES.items()):
         label = f"{method} {template}"
-        for name, headers in (("no key", {}), ("wrong key", wrong),
-                              ("altered key", revoked_looking),
-                              ("malformed header", {"Authorization": "Basic abc"})):
+        for name, headers in (
+            ("no key", {}),
+            ("wrong key", wrong),
+            ("altered key", revoked_looking),
+            ("malformed header", {"Authorization": "Basic abc"}),
+        ):
             response = _call(client, method, template, case, seeded, headers)
             if response.status_code != 401:
                 failures.append(f"{label} with {name}: {response.status_code}")
@@ -133,37 +167,44 @@ def test_every_route_enforces_keys_and_team_scope(client: TestClient, seeded: Se
         for team, other in OTHER_TEAM_MARKERS.items():
             headers = seeded.keys.header(team)
             for variant in case.variants:
-                response = _call(client, method, template, case, seeded, headers, other,
-                                 **variant)
+                response = _call(client, method, template, case, seeded, headers, other, **variant)
                 if response.status_code != 200 or other in response.text:
-                    failures.append(f"{label} {variant} as {team}: {response.status_code} "
-                                    f"{response.text[:300]}")
+                    failures.append(
+                        f"{label} {variant} as {team}: {response.status_code} {response.text[:300]}"
+                    )
             response = _call(client, method, template, case, seeded, headers, other)
             expected = 403 if case.admin_only else case.team_status
             if response.status_code != expected:
-                failures.append(f"{label} as {team}: {response.status_code} != {expected}: "
-                                f"{response.text[:200]}")
+                failures.append(
+                    f"{label} as {team}: {response.status_code} != {expected}: "
+                    f"{response.text[:200]}"
+                )
             if other in response.text and not case.static:
                 failures.append(f"{label} as {team} leaks {other!r}: {response.text[:300]}")
             if case.shows_team_data and team not in response.text:
                 failures.append(f"{label} as {team}: its own data is missing")
             if case.team_param:
-                asked = _call(client, method, template, case, seeded, headers, other,
-                              team=other)
+                asked = _call(client, method, template, case, seeded, headers, other, team=other)
                 if asked.status_code != 403 or other in asked.text:
-                    failures.append(f"{label} as {team} asking for team={other}: "
-                                    f"{asked.status_code} {asked.text[:200]}")
+                    failures.append(
+                        f"{label} as {team} asking for team={other}: "
+                        f"{asked.status_code} {asked.text[:200]}"
+                    )
         if case.shows_team_data:
             response = _call(client, method, template, case, seeded, seeded.keys.header("admin"))
             if response.status_code != 200 or not all(
-                    t in response.text for t in OTHER_TEAM_MARKERS):
-                failures.append(f"{label} as admin: {response.status_code}, both teams "
-                                f"expected: {response.text[:200]}")
+                t in response.text for t in OTHER_TEAM_MARKERS
+            ):
+                failures.append(
+                    f"{label} as admin: {response.status_code}, both teams "
+                    f"expected: {response.text[:200]}"
+                )
     assert not failures, "\n".join(failures)
 
 
-def test_public_routes_need_no_key_and_show_no_team_data(client: TestClient,
-                                                         seeded: Seeded) -> None:
+def test_public_routes_need_no_key_and_show_no_team_data(
+    client: TestClient, seeded: Seeded
+) -> None:
     for method, path in sorted(PUBLIC - {("GET", "/docs/oauth2-redirect")}):
         response = client.request(method, path)
         assert response.status_code == 200, (path, response.text)

@@ -11,35 +11,59 @@ from app.settings import Settings
 from tests.api.conftest import Keys, _ok, at, event
 
 
-def test_usage_events_are_idempotent_on_event_id(client: TestClient, keys: Keys,
-                                                 engine: Engine) -> None:
+def test_usage_events_are_idempotent_on_event_id(
+    client: TestClient, keys: Keys, engine: Engine
+) -> None:
     admin = keys.header("admin")
     batch = [event("orchid", "s1", at(0, i)) for i in range(5)]
     assert _ok(client.post("/v1/usage/events", json={"events": batch}, headers=admin)) == {
-        "received": 5, "inserted": 5, "duplicates": 0}
+        "received": 5,
+        "inserted": 5,
+        "duplicates": 0,
+    }
     again = [*batch[3:], event("orchid", "s1", at(0, 9)), batch[4]]
     assert _ok(client.post("/v1/usage/events", json={"events": again}, headers=admin)) == {
-        "received": 4, "inserted": 1, "duplicates": 3}
+        "received": 4,
+        "inserted": 1,
+        "duplicates": 3,
+    }
     with engine.connect() as conn:
         assert conn.scalar(select(func.count()).select_from(UsageRecord)) == 6
-        stored = conn.execute(select(UsageRecord).where(
-            UsageRecord.event_id == batch[0]["event_id"])).one()
+        stored = conn.execute(
+            select(UsageRecord).where(UsageRecord.event_id == batch[0]["event_id"])
+        ).one()
     assert stored.tags == {"app": "orchid-app"}
     assert stored.arrived_at == at(0, 0)
 
 
 def test_adhoc_allocation_and_registry(client: TestClient, keys: Keys) -> None:
     admin = keys.header("admin")
-    _ok(client.post("/v1/deployments", json={"name": "d1", "tier": "prototype"},
-                    headers=admin), 201)
-    replica = _ok(client.post("/v1/deployments/d1/replicas", json={
-        "name": "r1", "gpus": 4, "resource_id": "i-123"}, headers=admin), 201)
+    _ok(
+        client.post("/v1/deployments", json={"name": "d1", "tier": "prototype"}, headers=admin), 201
+    )
+    replica = _ok(
+        client.post(
+            "/v1/deployments/d1/replicas",
+            json={"name": "r1", "gpus": 4, "resource_id": "i-123"},
+            headers=admin,
+        ),
+        201,
+    )
     assert replica == {"name": "r1", "gpus": 4, "resource_id": "i-123", "base_url": None}
     listed = _ok(client.get("/v1/deployments", headers=keys.header("orchid")))
     assert listed[0]["replicas"][0]["gpus"] == 4
-    run = _ok(client.post("/v1/allocation/runs", json={
-        "start": "2026-10-01T00:00:00Z", "end": "2026-10-02T00:00:00+00:00",
-        "share_idle": True}, headers=admin), 201)
+    run = _ok(
+        client.post(
+            "/v1/allocation/runs",
+            json={
+                "start": "2026-10-01T00:00:00Z",
+                "end": "2026-10-02T00:00:00+00:00",
+                "share_idle": True,
+            },
+            headers=admin,
+        ),
+        201,
+    )
     assert run["month"] is None
     assert run["share_idle"] is True
     assert run["window"] == {"start": "2026-10-01T00:00:00Z", "end": "2026-10-02T00:00:00Z"}

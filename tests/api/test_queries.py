@@ -13,8 +13,13 @@ BILL = Decimal("15.95")
 """Two GPU hours at 7.20, networking 1.00 and an untagged storage row 0.55."""
 
 
-def _get(client: TestClient, seeded: Seeded, path: str, who: str = "admin",
-         **params: str | int | float | bool) -> Any:
+def _get(
+    client: TestClient,
+    seeded: Seeded,
+    path: str,
+    who: str = "admin",
+    **params: str | int | float | bool,
+) -> Any:
     response = client.get(path, params=params, headers=seeded.keys.header(who))
     assert response.status_code == 200, response.text
     return response.json()
@@ -24,11 +29,13 @@ def _total(items: list[dict[str, Any]]) -> Decimal:
     return sum((Decimal(item["cost"]) for item in items), Decimal(0))
 
 
-def test_allocation_adds_up_to_the_bill_with_either_idle_policy(client: TestClient,
-                                                                seeded: Seeded) -> None:
+def test_allocation_adds_up_to_the_bill_with_either_idle_policy(
+    client: TestClient, seeded: Seeded
+) -> None:
     separate = _get(client, seeded, "/v1/allocation", window="2026-10", aggregate="team")
-    shared = _get(client, seeded, "/v1/allocation", window="2026-10", aggregate="team",
-                  idle="share")
+    shared = _get(
+        client, seeded, "/v1/allocation", window="2026-10", aggregate="team", idle="share"
+    )
     for body in (separate, shared):
         assert _total(body["items"]) == BILL
         assert body["totals"] == {"USD": "15.950000"}
@@ -41,36 +48,65 @@ def test_allocation_adds_up_to_the_bill_with_either_idle_policy(client: TestClie
     assert moved == idle
 
 
-def test_a_team_sees_exactly_its_share_of_shared_idle(client: TestClient,
-                                                      seeded: Seeded) -> None:
-    admin = _get(client, seeded, "/v1/allocation", window="2026-10", aggregate="team",
-                 idle="share", step="hour")
-    orchid = _get(client, seeded, "/v1/allocation", "orchid", window="2026-10",
-                  aggregate="team", idle="share", step="hour")
-    mine = {(i["start"], i["properties"]["team"]): i for i in admin["items"]
-            if i["properties"]["team"] == "orchid"}
+def test_a_team_sees_exactly_its_share_of_shared_idle(client: TestClient, seeded: Seeded) -> None:
+    admin = _get(
+        client,
+        seeded,
+        "/v1/allocation",
+        window="2026-10",
+        aggregate="team",
+        idle="share",
+        step="hour",
+    )
+    orchid = _get(
+        client,
+        seeded,
+        "/v1/allocation",
+        "orchid",
+        window="2026-10",
+        aggregate="team",
+        idle="share",
+        step="hour",
+    )
+    mine = {
+        (i["start"], i["properties"]["team"]): i
+        for i in admin["items"]
+        if i["properties"]["team"] == "orchid"
+    }
     assert {(i["start"], i["properties"]["team"]): i for i in orchid["items"]} == mine
 
 
 def test_allocation_steps_aggregates_metric_and_csv(client: TestClient, seeded: Seeded) -> None:
-    hourly = _get(client, seeded, "/v1/allocation", window="2026-10-01", aggregate="deployment",
-                  step="hour")
+    hourly = _get(
+        client, seeded, "/v1/allocation", window="2026-10-01", aggregate="deployment", step="hour"
+    )
     starts = sorted({item["start"] for item in hourly["items"]})
     assert starts == ["2026-10-01T00:00:00Z", "2026-10-01T01:00:00Z"]
     assert all(item["end"] <= "2026-10-02T00:00:00Z" for item in hourly["items"])
-    billed = _get(client, seeded, "/v1/allocation", window="2026-10", aggregate="tag:app,model",
-                  cost_metric="billed")
+    billed = _get(
+        client,
+        seeded,
+        "/v1/allocation",
+        window="2026-10",
+        aggregate="tag:app,model",
+        cost_metric="billed",
+    )
     assert {tuple(i["properties"].values()) for i in billed["items"]} >= {
-        ("orchid-app", "smollm2-135m"), ("walrus-app", "smollm2-135m")}
+        ("orchid-app", "smollm2-135m"),
+        ("walrus-app", "smollm2-135m"),
+    }
     assert _total(billed["items"]) == BILL
-    page = _get(client, seeded, "/v1/allocation", window="2026-10", aggregate="session",
-                limit=2, offset=0)
+    page = _get(
+        client, seeded, "/v1/allocation", window="2026-10", aggregate="session", limit=2, offset=0
+    )
     assert len(page["items"]) == 2
     assert page["next_offset"] == 2
     assert page["total"] > 2
-    response = client.get("/v1/allocation", params={"window": "2026-10", "aggregate": "team",
-                                                     "format": "csv"},
-                          headers=seeded.keys.header("admin"))
+    response = client.get(
+        "/v1/allocation",
+        params={"window": "2026-10", "aggregate": "team", "format": "csv"},
+        headers=seeded.keys.header("admin"),
+    )
     assert response.headers["content-type"].startswith("text/csv")
     rows = list(csv.DictReader(io.StringIO(response.text)))
     assert sum(Decimal(r["cost"]) for r in rows) == BILL
@@ -92,23 +128,29 @@ def test_unit_costs_and_sessions(client: TestClient, seeded: Seeded) -> None:
     detail = _get(client, seeded, "/v1/sessions/sess-orchid-1", "orchid")
     assert detail["total_requests"] == 2
     assert sum(Decimal(r["effective_cost"]) for r in detail["requests"]) == Decimal(
-        first["effective_cost"])
+        first["effective_cost"]
+    )
 
 
 def test_chargeback_downloads_add_up(client: TestClient, seeded: Seeded) -> None:
-    response = client.get("/v1/chargeback", params={"month": "2026-10"},
-                          headers=seeded.keys.header("admin"))
+    response = client.get(
+        "/v1/chargeback", params={"month": "2026-10"}, headers=seeded.keys.header("admin")
+    )
     assert response.status_code == 200
     assert "chargeback-2026-10.csv" in response.headers["content-disposition"]
     rows = list(csv.DictReader(io.StringIO(response.text)))
     assert sum(Decimal(r["effective_cost"]) for r in rows) == BILL
-    parquet = client.get("/v1/chargeback", params={"month": "2026-10", "format": "parquet"},
-                         headers=seeded.keys.header("orchid"))
+    parquet = client.get(
+        "/v1/chargeback",
+        params={"month": "2026-10", "format": "parquet"},
+        headers=seeded.keys.header("orchid"),
+    )
     assert parquet.content[:4] == b"PAR1"
 
 
 def test_waste_flags_poor_acceptance_and_speculation_above_breakeven(
-        client: TestClient, seeded: Seeded) -> None:
+    client: TestClient, seeded: Seeded
+) -> None:
     admin = _get(client, seeded, "/v1/waste", window="2026-10")
     kinds = {(f["kind"], f["scope"], f["key"]) for f in admin["findings"]}
     assert ("low_acceptance", "team", "walrus") in kinds
@@ -132,11 +174,18 @@ def test_breakeven_and_tiers(client: TestClient, seeded: Seeded) -> None:
     sweeps = _get(client, seeded, "/v1/breakeven/sweeps")
     assert sweeps[0]["id"] == seeded.sweep_id
     assert 4 < sweeps[0]["breakeven_concurrency"] < 5
-    fit = _get(client, seeded, f"/v1/breakeven/sweeps/{seeded.sweep_id}/fit", refit=True,
-               bootstrap=20)
+    fit = _get(
+        client, seeded, f"/v1/breakeven/sweeps/{seeded.sweep_id}/fit", refit=True, bootstrap=20
+    )
     assert fit["computed_now"] is True
     assert fit["breakeven_ci"] is not None
     assert fit["schedule"][-1][2] == 0
-    recommendation = _get(client, seeded, "/v1/tiers/recommendation", concurrency=10,
-                          tpot_p90=0.05, sweep=seeded.sweep_id)
+    recommendation = _get(
+        client,
+        seeded,
+        "/v1/tiers/recommendation",
+        concurrency=10,
+        tpot_p90=0.05,
+        sweep=seeded.sweep_id,
+    )
     assert recommendation["recommended"] in {"prototype", "scaled", "enterprise"}

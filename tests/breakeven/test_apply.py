@@ -34,18 +34,31 @@ def _fit(tmp_path: Path, rows: list[dict[str, object]] | None = None) -> dict[st
 
 def _deployment(name: str, engines: Path, speculation: object | None = None) -> Path:
     assert runner.invoke(app, ["deployments", "add", name]).exit_code == 0
-    config = EngineConfig(name=name, model="/models/smol",
-                          speculation=speculation or NgramSpeculation(k=4))
+    config = EngineConfig(
+        name=name, model="/models/smol", speculation=speculation or NgramSpeculation(k=4)
+    )
     return save_engine_config(config, engines / f"{name}.json")
 
 
 def test_apply_writes_the_schedule_to_the_engine_file_and_the_registry(
-        cli_env: str, engine: Engine, tmp_path: Path) -> None:
+    cli_env: str, engine: Engine, tmp_path: Path
+) -> None:
     engines = tmp_path / "engines"
     path = _deployment("smol", engines)
     body = _fit(tmp_path)
-    result = runner.invoke(app, ["breakeven", "apply", "--deployment", "smol", "--min-k", "0",
-                                 "--engines-dir", str(engines)])
+    result = runner.invoke(
+        app,
+        [
+            "breakeven",
+            "apply",
+            "--deployment",
+            "smol",
+            "--min-k",
+            "0",
+            "--engines-dir",
+            str(engines),
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert f"from sweep {body['sweep_id']}" in result.stdout
     assert f"specledger engine start --config {path}" in result.stdout
@@ -54,8 +67,9 @@ def test_apply_writes_the_schedule_to_the_engine_file_and_the_registry(
     assert config.batch_size_schedule is not None
     assert [[b.start, b.end, b.k] for b in config.batch_size_schedule] == body["schedule"]
     with engine.connect() as conn:
-        stored = conn.execute(select(Deployment.engine_config)
-                              .where(Deployment.name == "smol")).scalar_one()
+        stored = conn.execute(
+            select(Deployment.engine_config).where(Deployment.name == "smol")
+        ).scalar_one()
     assert EngineConfig.model_validate(stored) == config
     # The next start passes vLLM's dynamic speculation.
     argv = launcher.build_argv(config)
@@ -65,13 +79,25 @@ def test_apply_writes_the_schedule_to_the_engine_file_and_the_registry(
 
 
 def test_apply_from_a_fit_file_turns_on_ngram_for_a_plain_engine(
-        cli_env: str, tmp_path: Path) -> None:
+    cli_env: str, tmp_path: Path
+) -> None:
     engines = tmp_path / "engines"
     path = _deployment("plain", engines, NoSpeculation())
     fit_file = tmp_path / "fit.json"
     fit_file.write_text(json.dumps(_fit(tmp_path)))
-    result = runner.invoke(app, ["breakeven", "apply", "--deployment", "plain", "--fit",
-                                 str(fit_file), "--engines-dir", str(engines)])
+    result = runner.invoke(
+        app,
+        [
+            "breakeven",
+            "apply",
+            "--deployment",
+            "plain",
+            "--fit",
+            str(fit_file),
+            "--engines-dir",
+            str(engines),
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert "set to ngram k=4" in result.stdout
     config = load_engine_config(path)
@@ -79,8 +105,9 @@ def test_apply_from_a_fit_file_turns_on_ngram_for_a_plain_engine(
     assert config.batch_size_schedule is not None
 
 
-def test_a_schedule_that_never_speculates_turns_speculation_off(cli_env: str,
-                                                                tmp_path: Path) -> None:
+def test_a_schedule_that_never_speculates_turns_speculation_off(
+    cli_env: str, tmp_path: Path
+) -> None:
     from app.domain.breakeven import SpeculationModel
 
     never = SpeculationModel(k=4, mean_acceptance_length=1.05, drafter_overhead_s=0.01)
@@ -88,8 +115,9 @@ def test_a_schedule_that_never_speculates_turns_speculation_off(cli_env: str,
     path = _deployment("slow", engines)
     body = _fit(tmp_path, sweep_rows(CPU_STEP, never, levels=(1, 2, 4, 8), seed=0))
     assert body["schedule"] == [[1, 256, 0]]
-    result = runner.invoke(app, ["breakeven", "apply", "--deployment", "slow",
-                                 "--engines-dir", str(engines)])
+    result = runner.invoke(
+        app, ["breakeven", "apply", "--deployment", "slow", "--engines-dir", str(engines)]
+    )
     assert result.exit_code == 0, result.output
     assert "plain decoding" in result.stdout
     config = load_engine_config(path)
@@ -97,15 +125,19 @@ def test_a_schedule_that_never_speculates_turns_speculation_off(cli_env: str,
     assert config.batch_size_schedule is None
 
 
-@pytest.mark.parametrize(("setup", "args", "message"), [
-    ("none", ["--deployment", "ghost"], "unknown deployment 'ghost'"),
-    ("no-engine", ["--deployment", "bare"], "has no engine config"),
-    ("draft", ["--deployment", "drafty"], "the fit is for 'ngram' but the engine"),
-    ("fit", ["--deployment", "smol", "--sweep", "999"], "no sweep 999"),
-    ("no-fit", ["--deployment", "smol"], "no fitted sweep yet"),
-])
-def test_apply_errors_are_clear(cli_env: str, tmp_path: Path, setup: str, args: list[str],
-                                message: str) -> None:
+@pytest.mark.parametrize(
+    ("setup", "args", "message"),
+    [
+        ("none", ["--deployment", "ghost"], "unknown deployment 'ghost'"),
+        ("no-engine", ["--deployment", "bare"], "has no engine config"),
+        ("draft", ["--deployment", "drafty"], "the fit is for 'ngram' but the engine"),
+        ("fit", ["--deployment", "smol", "--sweep", "999"], "no sweep 999"),
+        ("no-fit", ["--deployment", "smol"], "no fitted sweep yet"),
+    ],
+)
+def test_apply_errors_are_clear(
+    cli_env: str, tmp_path: Path, setup: str, args: list[str], message: str
+) -> None:
     engines = tmp_path / "engines"
     if setup == "no-engine":
         assert runner.invoke(app, ["deployments", "add", "bare"]).exit_code == 0
@@ -121,15 +153,17 @@ def test_apply_errors_are_clear(cli_env: str, tmp_path: Path, setup: str, args: 
 
 
 def test_min_k_keeps_the_drafter_drafting_where_the_fit_says_k0(
-        cli_env: str, tmp_path: Path) -> None:
+    cli_env: str, tmp_path: Path
+) -> None:
     engines = tmp_path / "engines"
     path = _deployment("smol", engines)
     body = _fit(tmp_path)
     fitted = body["schedule"]
     assert isinstance(fitted, list)
     assert fitted[-1][2] == 0  # the fit turns drafting off
-    result = runner.invoke(app, ["breakeven", "apply", "--deployment", "smol",
-                                 "--engines-dir", str(engines)])  # --min-k 1 by default
+    result = runner.invoke(
+        app, ["breakeven", "apply", "--deployment", "smol", "--engines-dir", str(engines)]
+    )  # --min-k 1 by default
     assert result.exit_code == 0, result.output
     config = load_engine_config(path)
     assert config.batch_size_schedule is not None
@@ -143,7 +177,10 @@ def test_raise_bands_merges_equal_neighbours() -> None:
     from app.breakeven.service import raise_bands
     from serving.engine_config import BatchSizeBand
 
-    bands = [BatchSizeBand(start=1, end=8, k=4), BatchSizeBand(start=9, end=20, k=1),
-             BatchSizeBand(start=21, end=256, k=0)]
+    bands = [
+        BatchSizeBand(start=1, end=8, k=4),
+        BatchSizeBand(start=9, end=20, k=1),
+        BatchSizeBand(start=21, end=256, k=0),
+    ]
     assert [(b.start, b.end, b.k) for b in raise_bands(bands, 1)] == [(1, 8, 4), (9, 256, 1)]
     assert raise_bands(bands, 0) == tuple(bands)

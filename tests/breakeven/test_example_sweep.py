@@ -22,7 +22,11 @@ def test_the_kept_fit_is_the_fit_of_the_kept_sweep() -> None:
     kept = json.loads((ROOT / "examples" / "sweep-cpu-fit.json").read_text())
     outcome = fit_sweep_file(None, path=EXAMPLE, bootstrap_samples=200, seed=0)
     assert kept["breakeven_concurrency"] == pytest.approx(
-        outcome.body["breakeven_concurrency"], rel=1e-6)
+        outcome.body["breakeven_concurrency"], rel=1e-6
+    )
     assert kept["schedule"] == outcome.body["schedule"]
     assert [check["config"] for check in kept["schedule_checks"]] == [
-        "cpu-smollm2", "routed-ngram-k4-up-to-29", "cpu-smollm2-min-k1"]
+        "cpu-smollm2",
+        "routed-ngram-k4-up-to-29",
+        "cpu-smollm2-min-k1",
+    ]

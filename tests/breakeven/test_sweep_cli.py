@@ -22,31 +22,66 @@ runner = CliRunner()
 
 
 def _prompts(path: Path) -> Path:
-    lines = [json.dumps({"id": f"p{i}", "kind": "copy", "max_tokens": 12,
-                         "messages": [{"role": "user", "content": f"SLOW copy {i}"}]})
-             for i in range(3)]
+    lines = [
+        json.dumps(
+            {
+                "id": f"p{i}",
+                "kind": "copy",
+                "max_tokens": 12,
+                "messages": [{"role": "user", "content": f"SLOW copy {i}"}],
+            }
+        )
+        for i in range(3)
+    ]
     path.write_text("\n".join(lines) + "\n")
     return path
 
 
-def test_sweep_drives_a_running_proxy_and_stores_the_sweep(cli_env: str, engine: Engine,
-                                                           tmp_path: Path) -> None:
+def test_sweep_drives_a_running_proxy_and_stores_the_sweep(
+    cli_env: str, engine: Engine, tmp_path: Path
+) -> None:
     fake = FakeVllm(k=4, slow_chunk_s=0.01)
     config = ProxyConfig(
         replicas=(ReplicaSpec(url="http://fake:8000", spec_method="ngram", spec_k=4),),
-        database_url=None, jsonl_path=tmp_path / "usage.jsonl", tick_interval_s=0.05,
-        sink_flush_interval_s=0.05)
+        database_url=None,
+        jsonl_path=tmp_path / "usage.jsonl",
+        tick_interval_s=0.05,
+        sink_flush_interval_s=0.05,
+    )
     out = tmp_path / "sweep.csv"
     with serve(create_proxy_app(config, transport=fake.transport())) as url:
-        result = runner.invoke(app, [
-            "breakeven", "sweep", "--concurrency", "1,2,4", "--spec", "none,ngram",
-            "--proxy", url, "--proxy", url, "--requests-per-level", "3",
-            "--prompts", str(_prompts(tmp_path / "p.jsonl")), "--out", str(out)])
+        result = runner.invoke(
+            app,
+            [
+                "breakeven",
+                "sweep",
+                "--concurrency",
+                "1,2,4",
+                "--spec",
+                "none,ngram",
+                "--proxy",
+                url,
+                "--proxy",
+                url,
+                "--requests-per-level",
+                "3",
+                "--prompts",
+                str(_prompts(tmp_path / "p.jsonl")),
+                "--out",
+                str(out),
+            ],
+        )
     assert result.exit_code == 0, result.output
     assert "stored as sweep" in result.stdout
     rows = read_sweep_file(out).rows
     assert [(r.point.config, r.point.concurrency) for r in rows] == [
-        ("none", 1), ("none", 2), ("none", 4), ("ngram-k4", 1), ("ngram-k4", 2), ("ngram-k4", 4)]
+        ("none", 1),
+        ("none", 2),
+        ("none", 4),
+        ("ngram-k4", 1),
+        ("ngram-k4", 2),
+        ("ngram-k4", 4),
+    ]
     for row in rows:
         assert row.metrics["requests"] == 3
         assert row.metrics["errors"] == 0
@@ -67,27 +102,51 @@ def test_sweep_drives_a_running_proxy_and_stores_the_sweep(cli_env: str, engine:
 
 
 def test_proxy_urls_must_match_the_configs(tmp_path: Path) -> None:
-    result = runner.invoke(app, ["breakeven", "sweep", "--spec", "none,ngram", "--proxy",
-                                 "http://127.0.0.1:9", "--out", str(tmp_path / "s.csv"),
-                                 "--no-store"])
+    result = runner.invoke(
+        app,
+        [
+            "breakeven",
+            "sweep",
+            "--spec",
+            "none,ngram",
+            "--proxy",
+            "http://127.0.0.1:9",
+            "--out",
+            str(tmp_path / "s.csv"),
+            "--no-store",
+        ],
+    )
     assert result.exit_code == 2
     assert "--proxy was given 1 time(s) for 2 --spec config(s)" in result.stderr
 
 
-def test_no_engine_starts_while_another_vllm_server_runs(monkeypatch: pytest.MonkeyPatch,
-                                                         tmp_path: Path) -> None:
+def test_no_engine_starts_while_another_vllm_server_runs(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     monkeypatch.setattr(sweep_module, "running_vllm_servers", lambda: [4242])
-    target = SweepTarget(name="none", method="none", k=0,
-                         engine=EngineConfig(model="/m", python="/nonexistent/python"))
+    target = SweepTarget(
+        name="none",
+        method="none",
+        k=0,
+        engine=EngineConfig(model="/m", python="/nonexistent/python"),
+    )
     with pytest.raises(SweepError, match=r"another vLLM server is running \(pid 4242\)"):
-        sweep_target(target, levels=[1], requests_per_level=1, prompts=[], work_dir=tmp_path,
-                     engines_dir=tmp_path, wait_s=0.0)
+        sweep_target(
+            target,
+            levels=[1],
+            requests_per_level=1,
+            prompts=[],
+            work_dir=tmp_path,
+            engines_dir=tmp_path,
+            wait_s=0.0,
+        )
 
 
 def test_engine_for_method_checks_the_draft_model(tmp_path: Path) -> None:
     base = EngineConfig(model="/m")
     assert engine_for_method("ngram", base=base, k=3, draft_model=None).speculation.method == (
-        "ngram")
+        "ngram"
+    )
     with pytest.raises(SweepError, match="draft model"):
         engine_for_method("draft", base=base, k=3, draft_model=tmp_path / "missing")
     with pytest.raises(SweepError, match="unknown --spec 'eagle'"):

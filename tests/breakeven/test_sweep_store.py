@@ -22,11 +22,18 @@ NGRAM_K4 = SweepTarget(name="ngram-k4", method="ngram", k=4)
 
 def _stats(level: int, rate: float, *, speculative: bool) -> LevelStats:
     return LevelStats(
-        concurrency=level, requests=8, errors=0, window_s=10.0, output_tokens_per_s=rate,
-        requests_per_s=rate / 100, ttft_s=(0.1, 0.2, 0.3), tpot_s=(level / rate, 0.05, 0.07),
+        concurrency=level,
+        requests=8,
+        errors=0,
+        window_s=10.0,
+        output_tokens_per_s=rate,
+        requests_per_s=rate / 100,
+        ttft_s=(0.1, 0.2, 0.3),
+        tpot_s=(level / rate, 0.05, 0.07),
         acceptance_rate=0.4 if speculative else math.nan,
         mean_acceptance_length=2.6 if speculative else math.nan,
-        gpu_seconds_per_1k_tokens=1000 / rate)
+        gpu_seconds_per_1k_tokens=1000 / rate,
+    )
 
 
 def _rows(levels: tuple[int, ...]) -> list[SweepRow]:
@@ -41,10 +48,16 @@ def _rows(levels: tuple[int, ...]) -> list[SweepRow]:
 
 def test_rows_round_trip_through_the_csv(tmp_path: Path) -> None:
     rows = _rows((1, 2, 4, 8))
-    dynamic = target_for_engine(EngineConfig(
-        model="/m", speculation=NgramSpeculation(k=4),
-        batch_size_schedule=(BatchSizeBand(start=1, end=4, k=4),
-                             BatchSizeBand(start=5, end=256, k=0))))
+    dynamic = target_for_engine(
+        EngineConfig(
+            model="/m",
+            speculation=NgramSpeculation(k=4),
+            batch_size_schedule=(
+                BatchSizeBand(start=1, end=4, k=4),
+                BatchSizeBand(start=5, end=256, k=0),
+            ),
+        )
+    )
     assert dynamic.name == "ngram-k4-dynamic"
     rows.append(row_of(dynamic, _stats(4, 100.0, speculative=True)))
     path = write_sweep_file(tmp_path / "sweep.csv", rows)
@@ -55,15 +68,21 @@ def test_rows_round_trip_through_the_csv(tmp_path: Path) -> None:
     assert math.isnan(read.rows[0].point.acceptance_rate)
     assert [r.schedule for r in read.scheduled] == ["[[1, 4, 4], [5, 256, 0]]"]
     header = path.read_text().splitlines()[0].replace('"', "")
-    assert header.startswith("config,method,k,concurrency,output_tokens_per_s,tpot_p50_s,"
-                             "acceptance_rate,mean_acceptance_length")
+    assert header.startswith(
+        "config,method,k,concurrency,output_tokens_per_s,tpot_p50_s,"
+        "acceptance_rate,mean_acceptance_length"
+    )
 
 
 def test_measured_sweep_is_stored_and_fitted(engine: Engine) -> None:
     with Session(engine) as session, session.begin():
         sweep_id, outcome, problem = service.store_measured_sweep(
-            session, name="cpu.csv", rows=_rows((1, 2, 4, 8, 16)), settings={"spec": "x"},
-            bootstrap_samples=20)
+            session,
+            name="cpu.csv",
+            rows=_rows((1, 2, 4, 8, 16)),
+            settings={"spec": "x"},
+            bootstrap_samples=20,
+        )
     assert problem is None
     assert outcome is not None
     assert outcome.fit.breakeven_concurrency is not None
@@ -81,7 +100,8 @@ def test_measured_sweep_is_stored_and_fitted(engine: Engine) -> None:
 def test_a_sweep_too_small_to_fit_is_stored_without_a_fit(engine: Engine) -> None:
     with Session(engine) as session, session.begin():
         sweep_id, outcome, problem = service.store_measured_sweep(
-            session, name="tiny.csv", rows=_rows((1, 2)), settings={})
+            session, name="tiny.csv", rows=_rows((1, 2)), settings={}
+        )
     assert outcome is None
     assert problem is not None
     assert "needs at least 3 concurrency levels" in problem

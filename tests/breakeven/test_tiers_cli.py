@@ -18,12 +18,20 @@ def test_catalog_holds_the_three_tiers_of_the_design() -> None:
     assert [t.name for t in catalog.tiers] == ["prototype", "scaled", "enterprise"]
     prototype, scaled, enterprise = catalog.tiers
     assert (prototype.instance_type, prototype.instances_min, prototype.instances_max) == (
-        "g5.12xlarge", 1, 1)
+        "g5.12xlarge",
+        1,
+        1,
+    )
     assert (prototype.speculation.draft, prototype.target) == (
-        "Llama-3.2-1B-Instruct", "Llama-3.1-8B-Instruct")
+        "Llama-3.2-1B-Instruct",
+        "Llama-3.1-8B-Instruct",
+    )
     assert (prototype.sessions_min, prototype.sessions_max) == (5, 20)
     assert (scaled.instance_type, scaled.instances_min, scaled.instances_max) == (
-        "p4d.24xlarge", 2, 4)
+        "p4d.24xlarge",
+        2,
+        4,
+    )
     assert (scaled.sessions_min, scaled.sessions_max) == (50, 250)
     assert (enterprise.instance_type, enterprise.instances_min) == ("p5.48xlarge", 8)
     assert enterprise.speculation.method == "medusa"
@@ -35,10 +43,21 @@ def test_catalog_holds_the_three_tiers_of_the_design() -> None:
 
 def test_catalog_errors_name_the_entry() -> None:
     with pytest.raises(TierCatalogError, match=r"tiers\[0\]"):
-        parse_tier_catalog({"hours_per_month": 730, "calibration": {
-            "bandwidth_efficiency": 1, "compute_efficiency": 1, "step_overhead_s": 0,
-            "source": "x"}, "tpot_p90_over_mean": {"value": 1, "source": "x"}, "gpus": {},
-            "models": {}, "tiers": [{"name": "t"}]})
+        parse_tier_catalog(
+            {
+                "hours_per_month": 730,
+                "calibration": {
+                    "bandwidth_efficiency": 1,
+                    "compute_efficiency": 1,
+                    "step_overhead_s": 0,
+                    "source": "x",
+                },
+                "tpot_p90_over_mean": {"value": 1, "source": "x"},
+                "gpus": {},
+                "models": {},
+                "tiers": [{"name": "t"}],
+            }
+        )
 
 
 def test_tiers_show_json_prices_every_tier() -> None:
@@ -66,15 +85,29 @@ def test_tiers_show_text_mentions_quoted_figures_and_sources() -> None:
     assert "Calibration: reference/specdecode.md 3.6" in result.stdout
 
 
-@pytest.mark.parametrize(("concurrency", "tpot", "expected"), [
-    (12, 0.010, "prototype"),
-    (150, 0.030, "scaled"),
-    (1000, 0.012, "enterprise"),
-])
-def test_recommend_picks_the_tier_sized_for_the_load(concurrency: int, tpot: float,
-                                                     expected: str) -> None:
-    result = runner.invoke(app, ["tiers", "recommend", "--concurrency", str(concurrency),
-                                 "--tpot-p90", str(tpot), "--json"])
+@pytest.mark.parametrize(
+    ("concurrency", "tpot", "expected"),
+    [
+        (12, 0.010, "prototype"),
+        (150, 0.030, "scaled"),
+        (1000, 0.012, "enterprise"),
+    ],
+)
+def test_recommend_picks_the_tier_sized_for_the_load(
+    concurrency: int, tpot: float, expected: str
+) -> None:
+    result = runner.invoke(
+        app,
+        [
+            "tiers",
+            "recommend",
+            "--concurrency",
+            str(concurrency),
+            "--tpot-p90",
+            str(tpot),
+            "--json",
+        ],
+    )
     assert result.exit_code == 0, result.output
     body = json.loads(result.stdout)
     assert body["recommended"] == expected
@@ -86,8 +119,9 @@ def test_recommend_picks_the_tier_sized_for_the_load(concurrency: int, tpot: flo
 
 
 def test_recommend_explains_when_no_tier_meets_the_target() -> None:
-    result = runner.invoke(app, ["tiers", "recommend", "--concurrency", "3000", "--tpot-p90",
-                                 "0.001"])
+    result = runner.invoke(
+        app, ["tiers", "recommend", "--concurrency", "3000", "--tpot-p90", "0.001"]
+    )
     assert result.exit_code == 0, result.output
     assert "No tier meets the target." in result.stdout
     assert "prototype: cannot meet it (3000 sessions exceed 1 instance(s)" in result.stdout
@@ -95,13 +129,13 @@ def test_recommend_explains_when_no_tier_meets_the_target() -> None:
 
 
 def test_recommend_outside_every_range_says_so() -> None:
-    result = runner.invoke(app, ["tiers", "recommend", "--concurrency", "30", "--tpot-p90",
-                                 "0.02", "--json"])
+    result = runner.invoke(
+        app, ["tiers", "recommend", "--concurrency", "30", "--tpot-p90", "0.02", "--json"]
+    )
     body = json.loads(result.stdout)
     assert body["recommended"] is not None
     assert body["chosen_outside_session_range"] is True
-    assert any("no tier sized for this load meets the target" in line
-               for line in body["reasoning"])
+    assert any("no tier sized for this load meets the target" in line for line in body["reasoning"])
 
 
 def test_recommend_with_a_sweep_uses_its_acceptance(cli_env: str, tmp_path: Path) -> None:
@@ -109,17 +143,38 @@ def test_recommend_with_a_sweep_uses_its_acceptance(cli_env: str, tmp_path: Path
     for row in rows:
         row["tpot_p90_s"] = float(row["tpot_p50_s"]) * 1.5  # type: ignore[arg-type]
     header = [*rows[0].keys()]
-    fitted = runner.invoke(app, ["breakeven", "fit", str(write_rows(tmp_path / "s.csv", rows,
-                                                                     header)),
-                                 "--json", "--bootstrap", "0"])
+    fitted = runner.invoke(
+        app,
+        [
+            "breakeven",
+            "fit",
+            str(write_rows(tmp_path / "s.csv", rows, header)),
+            "--json",
+            "--bootstrap",
+            "0",
+        ],
+    )
     sweep_id = json.loads(fitted.stdout)["sweep_id"]
-    result = runner.invoke(app, ["tiers", "recommend", "--concurrency", "12", "--tpot-p90",
-                                 "0.02", "--sweep", str(sweep_id), "--json"])
+    result = runner.invoke(
+        app,
+        [
+            "tiers",
+            "recommend",
+            "--concurrency",
+            "12",
+            "--tpot-p90",
+            "0.02",
+            "--sweep",
+            str(sweep_id),
+            "--json",
+        ],
+    )
     assert result.exit_code == 0, result.output
     body = json.loads(result.stdout)
     assert body["workload"] == f"sweep {sweep_id} (s.csv)"
     assert body["tpot_p90_over_mean"] == pytest.approx(1.5)
-    missing = runner.invoke(app, ["tiers", "recommend", "--concurrency", "12", "--tpot-p90",
-                                  "0.02", "--sweep", "999"])
+    missing = runner.invoke(
+        app, ["tiers", "recommend", "--concurrency", "12", "--tpot-p90", "0.02", "--sweep", "999"]
+    )
     assert missing.exit_code == 2
     assert "no sweep 999" in missing.stderr

@@ -48,6 +48,8 @@ class Keys:
 def keys(engine: Engine) -> Keys:
     """An admin key and keys for the teams ``search`` and ``ads-platform``."""
     with Session(engine) as session, session.begin():
-        return Keys(admin=create_key(session, team=None, admin=True).secret,
-                    search=create_key(session, team="search", admin=False).secret,
-                    ads=create_key(session, team="ads-platform", admin=False).secret)
+        return Keys(
+            admin=create_key(session, team=None, admin=True).secret,
+            search=create_key(session, team="search", admin=False).secret,
+            ads=create_key(session, team="ads-platform", admin=False).secret,
+        )

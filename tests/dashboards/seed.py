@@ -47,9 +47,14 @@ def _iso(instant: datetime) -> str:
 
 def _hour_row(hour: int, *, deployment: str, resource: str, cost: str) -> dict[str, str]:
     start = START + timedelta(hours=hour)
-    return focus_row(MONTH, cost=cost, ResourceId=resource, ChargePeriodStart=_iso(start),
-                     ChargePeriodEnd=_iso(start + timedelta(hours=1)),
-                     Tags=json.dumps({"specledger-deployment": deployment}))
+    return focus_row(
+        MONTH,
+        cost=cost,
+        ResourceId=resource,
+        ChargePeriodStart=_iso(start),
+        ChargePeriodEnd=_iso(start + timedelta(hours=1)),
+        Tags=json.dumps({"specledger-deployment": deployment}),
+    )
 
 
 def billing_rows() -> list[dict[str, str]]:
@@ -59,22 +64,41 @@ def billing_rows() -> list[dict[str, str]]:
         rows.append(_hour_row(hour, deployment="d2", resource="i-d2", cost="21.957642"))
     for day in range(2):
         start = START + timedelta(days=day)
-        rows.append(focus_row(MONTH, cost="3.25", ServiceCategory="Networking", ResourceId="",
-                              ServiceName="EFA", ChargePeriodStart=_iso(start),
-                              ChargePeriodEnd=_iso(start + timedelta(days=1)),
-                              Tags=json.dumps({"specledger-deployment": "d1"})))
-        rows.append(focus_row(MONTH, cost="1.10", ServiceCategory="Storage", ResourceId="vol-9",
-                              ServiceName="EBS", ChargePeriodStart=_iso(start),
-                              ChargePeriodEnd=_iso(start + timedelta(days=1)),
-                              Tags=json.dumps({"project": "elsewhere"})))
+        rows.append(
+            focus_row(
+                MONTH,
+                cost="3.25",
+                ServiceCategory="Networking",
+                ResourceId="",
+                ServiceName="EFA",
+                ChargePeriodStart=_iso(start),
+                ChargePeriodEnd=_iso(start + timedelta(days=1)),
+                Tags=json.dumps({"specledger-deployment": "d1"}),
+            )
+        )
+        rows.append(
+            focus_row(
+                MONTH,
+                cost="1.10",
+                ServiceCategory="Storage",
+                ResourceId="vol-9",
+                ServiceName="EBS",
+                ChargePeriodStart=_iso(start),
+                ChargePeriodEnd=_iso(start + timedelta(days=1)),
+                Tags=json.dumps({"project": "elsewhere"}),
+            )
+        )
     return rows
 
 
 def usage_rows() -> list[dict[str, Any]]:
     # (deployment, replica, team, method, k, accepted of 80 drafted, requests per hour)
-    plan = [("d1", "r1", "search", "ngram", 4, 56, 3), ("d1", "r1", "ads-platform", "ngram", 4, 48, 2),
-            ("d2", "r2", "ads-platform", "draft_model", 3, 24, 2),
-            ("d2", "r2", "research-lab", "draft_model", 3, 44, 1)]
+    plan = [
+        ("d1", "r1", "search", "ngram", 4, 56, 3),
+        ("d1", "r1", "ads-platform", "ngram", 4, 48, 2),
+        ("d2", "r2", "ads-platform", "draft_model", 3, 24, 2),
+        ("d2", "r2", "research-lab", "draft_model", 3, 44, 1),
+    ]
     gpus = {"d1": 4, "d2": 8}
     share = {"d1": 0.45, "d2": 0.8}  # of the replica's GPUs a request keeps busy
     rows = []
@@ -84,31 +108,60 @@ def usage_rows() -> list[dict[str, Any]]:
             for i in range(per_hour):
                 arrived = START + timedelta(hours=hour, minutes=2 + 11 * i + (hour % 7))
                 seconds = 300.0 * busy + 300 + 7 * i
-                rows.append(usage_record(
-                    deployment=deployment, replica=replica, team=team,
-                    session_id=f"{team}-{hour // 6}-{i}", arrived=arrived, seconds=seconds,
-                    gpu_ns=int(seconds * 1e9 * gpus[deployment] * share[deployment]),
-                    spec_method=method, spec_k=k, draft_tokens=80, num_drafts=20,
-                    accepted_tokens=accepted + (hour % 5) - 2,
-                    prompt_tokens=400 + 10 * i, completion_tokens=int(900 * busy),
-                    concurrency=1 + (hour + i) % 8, tags={"app": "chat"}))
+                rows.append(
+                    usage_record(
+                        deployment=deployment,
+                        replica=replica,
+                        team=team,
+                        session_id=f"{team}-{hour // 6}-{i}",
+                        arrived=arrived,
+                        seconds=seconds,
+                        gpu_ns=int(seconds * 1e9 * gpus[deployment] * share[deployment]),
+                        spec_method=method,
+                        spec_k=k,
+                        draft_tokens=80,
+                        num_drafts=20,
+                        accepted_tokens=accepted + (hour % 5) - 2,
+                        prompt_tokens=400 + 10 * i,
+                        completion_tokens=int(900 * busy),
+                        concurrency=1 + (hour + i) % 8,
+                        tags={"app": "chat"},
+                    )
+                )
     return rows
 
 
 def add_sweep(engine: Engine, *, fit: dict[str, Any] | None = None) -> int:
     with Session(engine) as session, session.begin():
-        sweep = Sweep(name="ngram vs none, CPU engine", deployment="d1",
-                      created_at=datetime(2026, 10, 3, tzinfo=UTC), settings={}, fit=fit)
+        sweep = Sweep(
+            name="ngram vs none, CPU engine",
+            deployment="d1",
+            created_at=datetime(2026, 10, 3, tzinfo=UTC),
+            settings={},
+            fit=fit,
+        )
         session.add(sweep)
         session.flush()
-        for config, method, k, rates in (("none", "none", 0, SWEEP_BASELINE),
-                                         ("ngram-k4", "ngram", 4, SWEEP_NGRAM)):
+        for config, method, k, rates in (
+            ("none", "none", 0, SWEEP_BASELINE),
+            ("ngram-k4", "ngram", 4, SWEEP_NGRAM),
+        ):
             for level, rate in zip(SWEEP_LEVELS, rates, strict=True):
-                session.add(SweepPointRecord(
-                    sweep_id=sweep.id, config=config, method=method, k=k, concurrency=level,
-                    output_tokens_per_s=rate, tpot_p50_s=level / rate,
-                    metrics={"acceptance_rate": 0.35 if k else None,
-                             "mean_acceptance_length": 2.4 if k else None}))
+                session.add(
+                    SweepPointRecord(
+                        sweep_id=sweep.id,
+                        config=config,
+                        method=method,
+                        k=k,
+                        concurrency=level,
+                        output_tokens_per_s=rate,
+                        tpot_p50_s=level / rate,
+                        metrics={
+                            "acceptance_rate": 0.35 if k else None,
+                            "mean_acceptance_length": 2.4 if k else None,
+                        },
+                    )
+                )
         return sweep.id
 
 
@@ -122,7 +175,11 @@ def seed_month(engine: Engine, folder: Path) -> Seeded:
         add_deployment(session, name="d2", tier="scaled")
         add_replica(session, deployment="d2", name="r2", gpus=8, resource_id="i-d2")
     insert_usage(engine, usage_rows())
-    run_allocation(engine, Window(*month_bounds(MONTH), MONTH), share_idle=False,
-                   tag_key="specledger-deployment")
+    run_allocation(
+        engine,
+        Window(*month_bounds(MONTH), MONTH),
+        share_idle=False,
+        tag_key="specledger-deployment",
+    )
     bill = sum(round(float(r["EffectiveCost"]) * 10**6) for r in rows)
     return Seeded(month=MONTH, sweep_id=add_sweep(engine), bill_micros=bill)

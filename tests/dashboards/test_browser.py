@@ -27,15 +27,25 @@ from tests.dashboards.conftest import Keys, dashboards_app
 from tests.dashboards.seed import TEAMS, Seeded
 
 CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-                  "--no-first-run", "--disable-background-networking",
-                  "--disable-component-update", "--disable-sync"]
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 SCREENSHOTS = ROOT / "artifacts" / "screenshots"
 README_SCREENSHOT = ROOT / "docs" / "screenshot-cost.png"
 
 pytestmark = [
-    pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium at "
-                       "/usr/bin/chromium: run scripts/ensure_chromium.sh (make test does)"),
+    pytest.mark.skipif(
+        not CHROMIUM.exists(),
+        reason="needs Debian's chromium at "
+        "/usr/bin/chromium: run scripts/ensure_chromium.sh (make test does)",
+    ),
     pytest.mark.xdist_group("browser"),  # one Chromium at a time on a small machine
 ]
 
@@ -77,8 +87,12 @@ def browser() -> Iterator[BrowserContext]:
     try:
         with sync_playwright() as playwright:
             context = playwright.chromium.launch_persistent_context(
-                profile, executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_FLAGS,
-                viewport={"width": 1400, "height": 900})
+                profile,
+                executable_path=str(CHROMIUM),
+                headless=True,
+                args=CHROMIUM_FLAGS,
+                viewport={"width": 1400, "height": 900},
+            )
             yield context
             context.close()
     finally:
@@ -90,12 +104,18 @@ class PageProblems:
 
     def __init__(self, page: Page) -> None:
         self.items: list[str] = []
-        page.on("console", lambda m: self.items.append(f"console.{m.type}: {m.text}")
-                if m.type == "error" else None)
+        page.on(
+            "console",
+            lambda m: (
+                self.items.append(f"console.{m.type}: {m.text}") if m.type == "error" else None
+            ),
+        )
         page.on("pageerror", lambda e: self.items.append(f"uncaught: {e}"))
         page.on("requestfailed", lambda r: self.items.append(f"request failed: {r.url}"))
-        page.on("response", lambda r: self.items.append(f"HTTP {r.status}: {r.url}")
-                if r.status >= 400 else None)
+        page.on(
+            "response",
+            lambda r: self.items.append(f"HTTP {r.status}: {r.url}") if r.status >= 400 else None,
+        )
 
 
 def _load(context: BrowserContext, url: str) -> tuple[Page, list[dict[str, Any]], PageProblems]:
@@ -107,7 +127,8 @@ def _load(context: BrowserContext, url: str) -> tuple[Page, list[dict[str, Any]]
     expected = page.locator(".js-plotly-plot").count()
     assert expected > 0, f"no plot on {url}"
     page.wait_for_function(
-        f"document.querySelectorAll('.js-plotly-plot .main-svg').length >= {expected}")
+        f"document.querySelectorAll('.js-plotly-plot .main-svg').length >= {expected}"
+    )
     page.wait_for_timeout(300)  # the load-time resize settles
     return page, page.evaluate(_PLOTS_JS), problems
 
@@ -120,8 +141,9 @@ def _shot(page: Page, name: str, engine: Engine) -> Path:
     return path
 
 
-def test_every_page_renders_for_an_admin(server: str, browser: BrowserContext, keys: Keys,
-                                         engine: Engine) -> None:
+def test_every_page_renders_for_an_admin(
+    server: str, browser: BrowserContext, keys: Keys, engine: Engine
+) -> None:
     first = True
     for name in PAGES:
         key = f"?key={keys.admin}" if first else ""  # then the cookie carries it
@@ -143,8 +165,10 @@ def test_every_page_renders_for_an_admin(server: str, browser: BrowserContext, k
             assert "balanced to the micro" in by_id["reconciliation"]["text"]
             if engine.dialect.name == "sqlite":
                 README_SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
-                if not (README_SCREENSHOT.exists()
-                        and README_SCREENSHOT.read_bytes() == path.read_bytes()):
+                if not (
+                    README_SCREENSHOT.exists()
+                    and README_SCREENSHOT.read_bytes() == path.read_bytes()
+                ):
                     shutil.copyfile(path, README_SCREENSHOT)
         if name == "breakeven":
             by_id = {plot["id"]: plot for plot in plots}
@@ -153,7 +177,8 @@ def test_every_page_renders_for_an_admin(server: str, browser: BrowserContext, k
 
 
 def test_every_page_renders_for_a_team_without_other_teams(
-        server: str, browser: BrowserContext, keys: Keys, engine: Engine) -> None:
+    server: str, browser: BrowserContext, keys: Keys, engine: Engine
+) -> None:
     others = set(TEAMS) - {"search"}
     for index, name in enumerate(PAGES):
         key = f"?key={keys.search}" if index == 0 else ""

@@ -19,8 +19,9 @@ def _cli() -> typer.Typer:
     return app
 
 
-def test_export_writes_every_page_and_plotly_once(seeded: Seeded, cli_env: str,
-                                                  tmp_path: Path) -> None:
+def test_export_writes_every_page_and_plotly_once(
+    seeded: Seeded, cli_env: str, tmp_path: Path
+) -> None:
     out = tmp_path / "site"
     result = runner.invoke(_cli(), ["dashboards", "export", "--out", str(out)])
     assert result.exit_code == 0, result.output
@@ -33,11 +34,24 @@ def test_export_writes_every_page_and_plotly_once(seeded: Seeded, cli_env: str,
     assert "<form" not in cost  # static pages have no controls
 
 
-def test_export_for_one_team_holds_no_other_team(seeded: Seeded, cli_env: str,
-                                                 tmp_path: Path) -> None:
+def test_export_for_one_team_holds_no_other_team(
+    seeded: Seeded, cli_env: str, tmp_path: Path
+) -> None:
     out = tmp_path / "search"
-    result = runner.invoke(_cli(), ["dashboards", "export", "--out", str(out), "--team",
-                                    "search", "--inline", "--month", "2026-10"])
+    result = runner.invoke(
+        _cli(),
+        [
+            "dashboards",
+            "export",
+            "--out",
+            str(out),
+            "--team",
+            "search",
+            "--inline",
+            "--month",
+            "2026-10",
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert not (out / PLOTLY_JS_NAME).exists()
     for page in PAGES:
@@ -49,7 +63,8 @@ def test_export_for_one_team_holds_no_other_team(seeded: Seeded, cli_env: str,
 
 
 def test_export_rejects_a_bad_month(cli_env: str, tmp_path: Path) -> None:
-    result = runner.invoke(_cli(), ["dashboards", "export", "--out", str(tmp_path),
-                                    "--month", "2026-13"])
+    result = runner.invoke(
+        _cli(), ["dashboards", "export", "--out", str(tmp_path), "--month", "2026-13"]
+    )
     assert result.exit_code == 2
     assert "month must be YYYY-MM" in result.output

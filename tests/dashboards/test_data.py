@@ -16,8 +16,10 @@ from tests.dashboards.seed import MONTH, TEAMS, Seeded, add_sweep
 
 def _unit_costs_by_team(engine: Engine, team: str | None = None) -> dict[str, object]:
     start, end = month_bounds(MONTH)
-    return {line.key[0]: line for line in unit_costs(engine, month=MONTH, start=start, end=end,
-                                                     by=["team"], team=team)}
+    return {
+        line.key[0]: line
+        for line in unit_costs(engine, month=MONTH, start=start, end=end, by=["team"], team=team)
+    }
 
 
 def test_ledger_by_hour_adds_up_to_the_bill(seeded: Seeded, engine: Engine) -> None:
@@ -52,8 +54,9 @@ def test_a_team_sees_only_its_own_rows(seeded: Seeded, engine: Engine) -> None:
     assert set(measured["tier"]) == {"prototype"}  # search only uses d1
 
 
-def test_session_seconds_and_tokens_match_the_unit_cost_report(seeded: Seeded,
-                                                               engine: Engine) -> None:
+def test_session_seconds_and_tokens_match_the_unit_cost_report(
+    seeded: Seeded, engine: Engine
+) -> None:
     lines = _unit_costs_by_team(engine)
     sessions = data.session_seconds_by_hour(engine, month=MONTH)
     usage = data.usage_by_hour(engine, month=MONTH)
@@ -100,8 +103,7 @@ def test_nothing_yet_gives_empty_frames(engine: Engine) -> None:
     assert set(tiers.modelled["tier"]) == {"prototype", "scaled", "enterprise"}
 
 
-def test_breakeven_frames_fit_a_sweep_without_a_stored_fit(seeded: Seeded,
-                                                           engine: Engine) -> None:
+def test_breakeven_frames_fit_a_sweep_without_a_stored_fit(seeded: Seeded, engine: Engine) -> None:
     frames = data.breakeven_frames(engine)
     assert frames.sweep is not None
     assert frames.sweep["id"] == seeded.sweep_id
@@ -124,8 +126,12 @@ def test_breakeven_frames_fit_a_sweep_without_a_stored_fit(seeded: Seeded,
 def test_breakeven_frames_use_a_stored_fit(seeded: Seeded, engine: Engine) -> None:
     computed = data.breakeven_frames(engine).fit
     assert computed is not None
-    stored = {**computed, "breakeven_concurrency": 4.5, "breakeven_ci": [4.0, 5.0],
-              "schedule": [[1, 3, 2], [4, 256, 0]]}
+    stored = {
+        **computed,
+        "breakeven_concurrency": 4.5,
+        "breakeven_ci": [4.0, 5.0],
+        "schedule": [[1, 3, 2], [4, 256, 0]],
+    }
     with engine.begin() as conn:
         conn.execute(update(Sweep).where(Sweep.id == seeded.sweep_id).values(fit=stored))
     frames = data.breakeven_frames(engine, sweep_id=seeded.sweep_id)
@@ -136,8 +142,11 @@ def test_breakeven_frames_use_a_stored_fit(seeded: Seeded, engine: Engine) -> No
 def test_a_sweep_that_cannot_be_fitted_still_shows_its_points(engine: Engine) -> None:
     sweep_id = add_sweep(engine)
     with engine.begin() as conn:  # too few levels: drop the top three
-        conn.execute(delete(SweepPointRecord).where(
-            SweepPointRecord.sweep_id == sweep_id, SweepPointRecord.concurrency > 2))
+        conn.execute(
+            delete(SweepPointRecord).where(
+                SweepPointRecord.sweep_id == sweep_id, SweepPointRecord.concurrency > 2
+            )
+        )
     frames = data.breakeven_frames(engine)
     assert frames.fit is None
     assert frames.message is not None
@@ -151,8 +160,11 @@ def test_tier_frames_measure_cost_per_session_second(seeded: Seeded, engine: Eng
     assert set(tiers.measured["tier"]) == {"prototype", "scaled"}
     assert set(tiers.measured["concurrency"]) <= {1, 2, 4, 8}
     lines = _unit_costs_by_team(engine)
-    request_cost = sum(line.effective_micros for team, line in lines.items()  # type: ignore[attr-defined]
-                       if team in TEAMS)
+    request_cost = sum(
+        line.effective_micros
+        for team, line in lines.items()  # type: ignore[attr-defined]
+        if team in TEAMS
+    )
     measured = tiers.measured
     spent = (measured["usd_per_1k_session_seconds"] * measured["session_seconds"] / 1000).sum()
     shared = data.reconciliation_frame(engine, month=MONTH)["shared_micros"].iloc[0]
@@ -166,9 +178,11 @@ def test_tier_frames_measure_cost_per_session_second(seeded: Seeded, engine: Eng
 
 def test_tier_catalog_parsing(tmp_path: Path) -> None:
     path = tmp_path / "tiers.json"
-    path.write_text('{"tiers": {"prototype": {"instance_type": "g5.12xlarge", "instances": 1,'
-                    ' "sessions": [5, 20], "quoted": {"usd_per_1k_session_seconds": "0.12",'
-                    ' "usd_per_month": null}}}}')
+    path.write_text(
+        '{"tiers": {"prototype": {"instance_type": "g5.12xlarge", "instances": 1,'
+        ' "sessions": [5, 20], "quoted": {"usd_per_1k_session_seconds": "0.12",'
+        ' "usd_per_month": null}}}}'
+    )
     (tier,) = data.load_tier_catalog(path)
     assert tier.name == "prototype"
     assert tier.instances == (1,)

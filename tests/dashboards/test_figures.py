@@ -14,24 +14,26 @@ def _ts(text: str) -> pd.Timestamp:
 
 
 def _ledger(rows: list[tuple[str, str, str, int]], currency: str = "USD") -> pd.DataFrame:
-    return pd.DataFrame([(_ts(t), team, kind, currency, micros, micros)
-                         for t, team, kind, micros in rows],
-                        columns=["period_start", "team", "kind", "currency", "effective_micros",
-                                 "billed_micros"])
+    return pd.DataFrame(
+        [(_ts(t), team, kind, currency, micros, micros) for t, team, kind, micros in rows],
+        columns=["period_start", "team", "kind", "currency", "effective_micros", "billed_micros"],
+    )
 
 
 def _annotations(fig_dict: dict[str, Any]) -> list[str]:
     return [a.get("text", "") for a in fig_dict["layout"].get("annotations", [])]
 
 
-LEDGER = _ledger([
-    ("2026-10-01T00:00", "search", "request", 1_080_000),
-    ("2026-10-01T00:00", "search", "shared", 500_000),
-    ("2026-10-01T00:00", "ads", "request", 2_160_001),
-    ("2026-10-01T00:00", "(idle)", "idle", 3_959_999),
-    ("2026-10-01T01:00", "ads", "request", 1_440_000),
-    ("2026-10-01T01:00", "(unallocated)", "unallocated", 550_000),
-])
+LEDGER = _ledger(
+    [
+        ("2026-10-01T00:00", "search", "request", 1_080_000),
+        ("2026-10-01T00:00", "search", "shared", 500_000),
+        ("2026-10-01T00:00", "ads", "request", 2_160_001),
+        ("2026-10-01T00:00", "(idle)", "idle", 3_959_999),
+        ("2026-10-01T01:00", "ads", "request", 1_440_000),
+        ("2026-10-01T01:00", "(unallocated)", "unallocated", 550_000),
+    ]
+)
 
 
 class TestCostByTeam:
@@ -53,8 +55,13 @@ class TestCostByTeam:
         assert names == ["ads", "search", "(idle)", "(unallocated)"]
 
     def test_long_spans_are_shown_per_day(self) -> None:
-        frame = _ledger([(f"2026-10-0{d}T{h:02d}:00", "search", "request", 1_000_000)
-                         for d in range(1, 6) for h in (3, 15)])
+        frame = _ledger(
+            [
+                (f"2026-10-0{d}T{h:02d}:00", "search", "request", 1_000_000)
+                for d in range(1, 6)
+                for h in (3, 15)
+            ]
+        )
         fig = figures.cost_by_team_figure(frame).to_dict()
         (trace,) = fig["data"]
         assert len(trace["x"]) == 5
@@ -62,23 +69,29 @@ class TestCostByTeam:
         assert "per day" in fig["layout"]["title"]["text"]
 
     def test_other_currencies_are_named_not_mixed(self) -> None:
-        frame = pd.concat([LEDGER, _ledger([("2026-10-01T00:00", "search", "request", 5)],
-                                           currency="EUR")])
+        frame = pd.concat(
+            [LEDGER, _ledger([("2026-10-01T00:00", "search", "request", 5)], currency="EUR")]
+        )
         fig = figures.cost_by_team_figure(frame).to_dict()
-        assert round(sum(sum(t["y"]) for t in fig["data"]) * 1e6) == LEDGER["effective_micros"].sum()
+        assert (
+            round(sum(sum(t["y"]) for t in fig["data"]) * 1e6) == LEDGER["effective_micros"].sum()
+        )
         assert any("EUR" in text for text in _annotations(fig))
 
 
-@pytest.mark.parametrize("build", [
-    lambda e: figures.cost_by_team_figure(e),
-    lambda e: figures.idle_share_figure(e),
-    lambda e: figures.unit_cost_figure(e, e, e),
-    lambda e: figures.reconciliation_figure(e),
-    lambda e: figures.acceptance_rate_figure(e, by="team"),
-    lambda e: figures.acceptance_length_figure(e),
-    lambda e: figures.breakeven_figure(e, e, e, e),
-    lambda e: figures.tiers_figure(e, e, e),
-])
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda e: figures.cost_by_team_figure(e),
+        lambda e: figures.idle_share_figure(e),
+        lambda e: figures.unit_cost_figure(e, e, e),
+        lambda e: figures.reconciliation_figure(e),
+        lambda e: figures.acceptance_rate_figure(e, by="team"),
+        lambda e: figures.acceptance_length_figure(e),
+        lambda e: figures.breakeven_figure(e, e, e, e),
+        lambda e: figures.tiers_figure(e, e, e),
+    ],
+)
 def test_empty_data_says_no_data_yet(build: Any) -> None:
     fig = build(pd.DataFrame()).to_dict()
     assert fig["data"] == []
@@ -95,11 +108,21 @@ def test_idle_share_per_period() -> None:
 
 
 def test_unit_costs_divide_team_cost_by_session_seconds_and_tokens() -> None:
-    usage = pd.DataFrame({"period_start": [_ts("2026-10-01T00:00")] * 2,
-                          "team": ["search", "ads"], "prompt_tokens": [1_000, 3_000],
-                          "completion_tokens": [1_000, 1_000]})
-    sessions = pd.DataFrame({"period_start": [_ts("2026-10-01T00:00")] * 2,
-                             "team": ["search", "ads"], "session_seconds": [15.0, 40.0]})
+    usage = pd.DataFrame(
+        {
+            "period_start": [_ts("2026-10-01T00:00")] * 2,
+            "team": ["search", "ads"],
+            "prompt_tokens": [1_000, 3_000],
+            "completion_tokens": [1_000, 1_000],
+        }
+    )
+    sessions = pd.DataFrame(
+        {
+            "period_start": [_ts("2026-10-01T00:00")] * 2,
+            "team": ["search", "ads"],
+            "session_seconds": [15.0, 40.0],
+        }
+    )
     fig = figures.unit_cost_figure(LEDGER, usage, sessions).to_dict()
     lines = {(t["name"], t["xaxis"]): t["y"] for t in fig["data"]}
     assert set(lines) == {("ads", "x"), ("ads", "x2"), ("search", "x"), ("search", "x2")}
@@ -111,10 +134,19 @@ def test_unit_costs_divide_team_cost_by_session_seconds_and_tokens() -> None:
     assert lines[("ads", "x")][1] is None or math.isnan(lines[("ads", "x")][1])
 
 
-RECONCILIATION = pd.DataFrame([{
-    "currency": "USD", "bill_micros": 9_690_000, "request_micros": 4_680_001,
-    "shared_micros": 500_000, "idle_micros": 3_959_999, "unallocated_micros": 550_000,
-    "balanced": True}])
+RECONCILIATION = pd.DataFrame(
+    [
+        {
+            "currency": "USD",
+            "bill_micros": 9_690_000,
+            "request_micros": 4_680_001,
+            "shared_micros": 500_000,
+            "idle_micros": 3_959_999,
+            "unallocated_micros": 550_000,
+            "balanced": True,
+        }
+    ]
+)
 
 
 def test_reconciliation_tile_adds_up_to_the_bill() -> None:
@@ -126,8 +158,10 @@ def test_reconciliation_tile_adds_up_to_the_bill() -> None:
     assert waterfall["text"][-1] == "9.690000"
     assert round(sum(waterfall["y"][:-1]) * 1e6) == 9_690_000
     (note,) = [a for a in _annotations(fig) if "bill" in a]
-    assert note == ("USD: bill 9.690000 = allocated 5.180001 + idle 3.959999 + unallocated "
-                    "0.550000 (balanced to the micro)")
+    assert note == (
+        "USD: bill 9.690000 = allocated 5.180001 + idle 3.959999 + unallocated "
+        "0.550000 (balanced to the micro)"
+    )
 
 
 def test_reconciliation_tile_of_a_team_shows_only_its_own_cost() -> None:
@@ -140,11 +174,16 @@ def test_reconciliation_tile_of_a_team_shows_only_its_own_cost() -> None:
     assert not any("bill" in a or "idle" in a for a in _annotations(fig))
 
 
-USAGE = pd.DataFrame({
-    "period_start": [_ts("2026-10-01T00:00"), _ts("2026-10-01T00:00"), _ts("2026-10-01T01:00")],
-    "deployment": ["d1", "d2", "d2"], "team": ["search", "ads", "ads"],
-    "num_drafts": [20, 20, 10], "draft_tokens": [80, 80, 40], "accepted_tokens": [60, 20, 0],
-})
+USAGE = pd.DataFrame(
+    {
+        "period_start": [_ts("2026-10-01T00:00"), _ts("2026-10-01T00:00"), _ts("2026-10-01T01:00")],
+        "deployment": ["d1", "d2", "d2"],
+        "team": ["search", "ads", "ads"],
+        "num_drafts": [20, 20, 10],
+        "draft_tokens": [80, 80, 40],
+        "accepted_tokens": [60, 20, 0],
+    }
+)
 
 
 def test_acceptance_rate_per_deployment_with_the_fifty_percent_line() -> None:
@@ -165,14 +204,22 @@ def test_acceptance_rate_per_team_and_mean_acceptance_length() -> None:
 
 
 def _breakeven(at: float | None, ci: tuple[float, float]) -> dict[str, Any]:
-    points = pd.DataFrame({"config": "ngram-k4", "concurrency": [1, 2, 4, 8, 16],
-                           "measured_speedup": [1.7, 1.3, 0.8, 0.7, 0.66]})
-    curve = pd.DataFrame({"config": "ngram-k4", "concurrency": [1.0, 4.0, 16.0],
-                          "speedup": [1.45, 0.99, 0.65]})
-    summary = pd.DataFrame([{"config": "ngram-k4", "breakeven_concurrency": at,
-                             "ci_low": ci[0], "ci_high": ci[1]}])
-    schedule = pd.DataFrame([[1, 1, 4], [2, 2, 3], [3, 5, 2], [6, 8, 1], [9, 256, 0]],
-                            columns=["start", "end", "k"])
+    points = pd.DataFrame(
+        {
+            "config": "ngram-k4",
+            "concurrency": [1, 2, 4, 8, 16],
+            "measured_speedup": [1.7, 1.3, 0.8, 0.7, 0.66],
+        }
+    )
+    curve = pd.DataFrame(
+        {"config": "ngram-k4", "concurrency": [1.0, 4.0, 16.0], "speedup": [1.45, 0.99, 0.65]}
+    )
+    summary = pd.DataFrame(
+        [{"config": "ngram-k4", "breakeven_concurrency": at, "ci_low": ci[0], "ci_high": ci[1]}]
+    )
+    schedule = pd.DataFrame(
+        [[1, 1, 4], [2, 2, 3], [3, 5, 2], [6, 8, 1], [9, 256, 0]], columns=["start", "end", "k"]
+    )
     fig: dict[str, Any] = figures.breakeven_figure(points, curve, summary, schedule).to_dict()
     return fig
 
@@ -188,11 +235,17 @@ def test_breakeven_shows_points_curve_marker_interval_and_schedule() -> None:
     assert marker["error_x"]["arrayminus"] == pytest.approx([3.84 - 2.68])
     rects = [s for s in fig["layout"]["shapes"] if s["type"] == "rect"]
     assert [s["name"] for s in rects] == [f"schedule k={k}" for k in (4, 3, 2, 1, 0)] + [
-        "breakeven interval"]
+        "breakeven interval"
+    ]
     assert (rects[-1]["x0"], rects[-1]["x1"]) == (2.68, 5.36)
     assert rects[-2]["x1"] == 20.0  # the k=0 band is clipped to the plotted range
-    assert [a for a in _annotations(fig) if a.startswith("k=")] == ["k=4", "k=3", "k=2", "k=1",
-                                                                     "k=0"]
+    assert [a for a in _annotations(fig) if a.startswith("k=")] == [
+        "k=4",
+        "k=3",
+        "k=2",
+        "k=1",
+        "k=0",
+    ]
     assert fig["layout"]["xaxis"]["type"] == "log"
 
 
@@ -209,17 +262,42 @@ def test_breakeven_interval_open_on_one_side_is_clipped_to_the_axis() -> None:
 
 
 def test_tiers_put_quoted_figures_beside_the_model_and_the_measurements() -> None:
-    modelled = pd.DataFrame({"tier": "prototype", "label": "list price, 1x g5.12xlarge",
-                             "concurrency": [5.0, 20.0],
-                             "usd_per_1k_session_seconds": [0.315, 0.079]})
-    quoted = pd.DataFrame([{"tier": "prototype", "sessions_low": 5, "sessions_high": 20,
-                            "usd_per_1k_session_seconds": 0.12, "usd_per_month": 4140.0}])
-    measured = pd.DataFrame([{"tier": "prototype", "concurrency": 8,
-                              "usd_per_1k_session_seconds": 0.2, "session_seconds": 9000.0}])
+    modelled = pd.DataFrame(
+        {
+            "tier": "prototype",
+            "label": "list price, 1x g5.12xlarge",
+            "concurrency": [5.0, 20.0],
+            "usd_per_1k_session_seconds": [0.315, 0.079],
+        }
+    )
+    quoted = pd.DataFrame(
+        [
+            {
+                "tier": "prototype",
+                "sessions_low": 5,
+                "sessions_high": 20,
+                "usd_per_1k_session_seconds": 0.12,
+                "usd_per_month": 4140.0,
+            }
+        ]
+    )
+    measured = pd.DataFrame(
+        [
+            {
+                "tier": "prototype",
+                "concurrency": 8,
+                "usd_per_1k_session_seconds": 0.2,
+                "session_seconds": 9000.0,
+            }
+        ]
+    )
     fig = figures.tiers_figure(modelled, quoted, measured).to_dict()
     traces = {t["name"]: t for t in fig["data"]}
-    assert set(traces) == {"prototype: list price, 1x g5.12xlarge", "prototype: quoted",
-                           "prototype: measured"}
+    assert set(traces) == {
+        "prototype: list price, 1x g5.12xlarge",
+        "prototype: quoted",
+        "prototype: measured",
+    }
     assert traces["prototype: quoted"]["x"] == [pytest.approx(10.0)]
     assert traces["prototype: quoted"]["y"] == [0.12]
     assert traces["prototype: measured"]["y"] == [0.2]

@@ -32,8 +32,9 @@ def test_every_page_needs_a_valid_key(client: TestClient, keys: Keys, page: str)
     assert client.get(f"/dashboards/{page}", headers={"X-API-Key": keys.admin}).status_code == 200
 
 
-def test_the_plotly_asset_needs_a_key_and_comes_from_the_package(client: TestClient,
-                                                                 keys: Keys) -> None:
+def test_the_plotly_asset_needs_a_key_and_comes_from_the_package(
+    client: TestClient, keys: Keys
+) -> None:
     assert client.get("/dashboards/assets/plotly.min.js").status_code == 401
     asset = client.get("/dashboards/assets/plotly.min.js", headers=_bearer(keys.search))
     assert asset.status_code == 200
@@ -51,8 +52,9 @@ def test_admin_pages_show_every_team(client: TestClient, keys: Keys, seeded: See
 
 
 @pytest.mark.parametrize("page", list(PAGES))
-def test_a_team_key_sees_only_its_team(client: TestClient, keys: Keys, seeded: Seeded,
-                                       page: str) -> None:
+def test_a_team_key_sees_only_its_team(
+    client: TestClient, keys: Keys, seeded: Seeded, page: str
+) -> None:
     response = client.get(f"/dashboards/{page}", headers=_bearer(keys.search))
     assert response.status_code == 200
     body = response.text
@@ -69,16 +71,16 @@ def test_a_team_key_sees_only_its_team(client: TestClient, keys: Keys, seeded: S
 
 
 def test_an_admin_can_look_at_one_team(client: TestClient, keys: Keys, seeded: Seeded) -> None:
-    body = client.get("/dashboards/speculation?team=ads-platform",
-                      headers=_bearer(keys.admin)).text
+    body = client.get("/dashboards/speculation?team=ads-platform", headers=_bearer(keys.admin)).text
     assert "ads-platform" in body
     assert "research-lab" not in body
     assert 'name="team" size="12" placeholder="all" value="ads-platform"' in body
     assert 'href="/dashboards/cost?team=ads-platform"' in body  # navigation keeps the scope
 
 
-def test_a_browser_key_in_the_query_becomes_a_cookie(client: TestClient, keys: Keys,
-                                                     seeded: Seeded) -> None:
+def test_a_browser_key_in_the_query_becomes_a_cookie(
+    client: TestClient, keys: Keys, seeded: Seeded
+) -> None:
     first = client.get(f"/dashboards/tiers?key={keys.ads}")
     assert first.status_code == 200
     cookie = first.headers["set-cookie"]

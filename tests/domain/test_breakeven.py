@@ -276,8 +276,9 @@ def test_default_fit_sees_a_per_sequence_cost_that_a_two_term_model_misreads():
     truth = breakeven_concurrency(step, spec, low=1, high=64)
     errors: dict[bool, list[float]] = {True: [], False: []}
     for seed in range(7):
-        rows = sweep_rows(step, spec, method="ngram", levels=levels, seed=seed, noise=0.02,
-                          repeats=3)
+        rows = sweep_rows(
+            step, spec, method="ngram", levels=levels, seed=seed, noise=0.02, repeats=3
+        )
         default = fit_breakeven(rows, bootstrap_samples=0)
         two_term = fit_breakeven(rows, bootstrap_samples=0, fit_per_sequence=False)
         assert "per_sequence_s" in {p.name for p in default.parameters}

@@ -30,18 +30,30 @@ TWO_NODES = TierCapacity(instance_usd_micros_per_hour=36_000_000, instances=2)  
 
 def test_roofline_calibrated_on_the_published_h100_fit_reproduces_it() -> None:
     # reference/specdecode.md 3.6: Llama-3.1-8B on one H100.
-    model = roofline_step_model(params_billion=8.03, bytes_per_param=2, gpus=1,
-                                peak_tflops_per_gpu=989, hbm_tb_per_s_per_gpu=3.35,
-                                bandwidth_efficiency=0.8145, compute_efficiency=0.7729,
-                                step_overhead_s=1.20683946e-03)
+    model = roofline_step_model(
+        params_billion=8.03,
+        bytes_per_param=2,
+        gpus=1,
+        peak_tflops_per_gpu=989,
+        hbm_tb_per_s_per_gpu=3.35,
+        bandwidth_efficiency=0.8145,
+        compute_efficiency=0.7729,
+        step_overhead_s=1.20683946e-03,
+    )
     assert model.floor_s == pytest.approx(5.88590713e-03 + 1.20683946e-03, rel=1e-3)
     assert model.per_token_s == pytest.approx(2.10103129e-05, rel=1e-3)
 
 
 def test_tensor_parallel_gpus_share_the_step() -> None:
-    kwargs = {"params_billion": 70.0, "bytes_per_param": 2.0, "peak_tflops_per_gpu": 312.0,
-              "hbm_tb_per_s_per_gpu": 1.555, "bandwidth_efficiency": 1.0,
-              "compute_efficiency": 1.0, "step_overhead_s": 0.0}
+    kwargs = {
+        "params_billion": 70.0,
+        "bytes_per_param": 2.0,
+        "peak_tflops_per_gpu": 312.0,
+        "hbm_tb_per_s_per_gpu": 1.555,
+        "bandwidth_efficiency": 1.0,
+        "compute_efficiency": 1.0,
+        "step_overhead_s": 0.0,
+    }
     one = roofline_step_model(gpus=1, **kwargs)
     eight = roofline_step_model(gpus=8, **kwargs)
     assert eight.floor_s == pytest.approx(one.floor_s / 8)
@@ -63,8 +75,9 @@ def test_session_second_cost_is_the_fleet_price_over_sessions_in_every_mode() ->
 
 
 def test_token_cost_follows_the_fleet_throughput() -> None:
-    curve = cost_curve(STEP, None, TWO_NODES, concurrency=np.asarray([64.0]),
-                       mode=SpeculationMode.none)
+    curve = cost_curve(
+        STEP, None, TWO_NODES, concurrency=np.asarray([64.0]), mode=SpeculationMode.none
+    )
     per_replica = float(baseline_tokens_per_s(STEP, concurrency=32.0))
     assert curve.tokens_per_s[0] == pytest.approx(2 * per_replica)
     assert curve.usd_micros_per_1m_tokens[0] == round(20_000 * 1e6 / (2 * per_replica))
@@ -73,10 +86,13 @@ def test_token_cost_follows_the_fleet_throughput() -> None:
 
 def test_dynamic_speculation_is_never_worse_than_either_fixed_choice() -> None:
     sessions = np.geomspace(1, 2000, 60)
-    curves = {mode: cost_curve(STEP, SPEC, TWO_NODES, concurrency=sessions, mode=mode)
-              for mode in SpeculationMode}
-    best_fixed = np.maximum(curves[SpeculationMode.none].tokens_per_s,
-                            curves[SpeculationMode.fixed].tokens_per_s)
+    curves = {
+        mode: cost_curve(STEP, SPEC, TWO_NODES, concurrency=sessions, mode=mode)
+        for mode in SpeculationMode
+    }
+    best_fixed = np.maximum(
+        curves[SpeculationMode.none].tokens_per_s, curves[SpeculationMode.fixed].tokens_per_s
+    )
     assert np.all(curves[SpeculationMode.dynamic].tokens_per_s >= best_fixed * (1 - 1e-9))
     assert curves[SpeculationMode.dynamic].k[0] >= 1
     assert curves[SpeculationMode.dynamic].k[-1] == 0
@@ -84,7 +100,9 @@ def test_dynamic_speculation_is_never_worse_than_either_fixed_choice() -> None:
 
 def test_speculative_tpot_is_step_time_over_tokens_per_step() -> None:
     tpot = tpot_at(STEP, SPEC, TWO_NODES, concurrency=3, mode=SpeculationMode.fixed)
-    step_s = STEP.floor_s + 2 * 4 * STEP.per_token_s + 3 * 0.2 * (STEP.floor_s + 2 * STEP.per_token_s)
+    step_s = (
+        STEP.floor_s + 2 * 4 * STEP.per_token_s + 3 * 0.2 * (STEP.floor_s + 2 * STEP.per_token_s)
+    )
     assert tpot == pytest.approx(step_s / 2.6)  # busiest replica holds ceil(3 / 2) = 2
 
 
@@ -101,14 +119,28 @@ def test_capacity_limit_is_per_replica() -> None:
     assert not fits_capacity(TWO_NODES, concurrency=513)
 
 
-@pytest.mark.parametrize("bad", [
-    {"params_billion": 0.0}, {"gpus": 0}, {"bandwidth_efficiency": 1.5},
-    {"compute_efficiency": 0.0}, {"step_overhead_s": -1.0}, {"peak_tflops_per_gpu": math.nan},
-])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"params_billion": 0.0},
+        {"gpus": 0},
+        {"bandwidth_efficiency": 1.5},
+        {"compute_efficiency": 0.0},
+        {"step_overhead_s": -1.0},
+        {"peak_tflops_per_gpu": math.nan},
+    ],
+)
 def test_roofline_rejects_bad_figures(bad: dict[str, float]) -> None:
-    kwargs = {"params_billion": 8.0, "bytes_per_param": 2.0, "gpus": 1,
-              "peak_tflops_per_gpu": 989.0, "hbm_tb_per_s_per_gpu": 3.35,
-              "bandwidth_efficiency": 0.8, "compute_efficiency": 0.8, "step_overhead_s": 0.001}
+    kwargs = {
+        "params_billion": 8.0,
+        "bytes_per_param": 2.0,
+        "gpus": 1,
+        "peak_tflops_per_gpu": 989.0,
+        "hbm_tb_per_s_per_gpu": 3.35,
+        "bandwidth_efficiency": 0.8,
+        "compute_efficiency": 0.8,
+        "step_overhead_s": 0.001,
+    }
     kwargs.update(bad)
     with pytest.raises(InvalidInput):
         roofline_step_model(**kwargs)  # type: ignore[arg-type]
@@ -118,5 +150,4 @@ def test_cost_curve_rejects_bad_input() -> None:
     with pytest.raises(InvalidInput):
         cost_curve(STEP, SPEC, TWO_NODES, concurrency=np.asarray([0.0]), mode=SpeculationMode.none)
     with pytest.raises(InvalidInput):
-        cost_curve(STEP, None, TWO_NODES, concurrency=np.asarray([1.0]),
-                   mode=SpeculationMode.fixed)
+        cost_curve(STEP, None, TWO_NODES, concurrency=np.asarray([1.0]), mode=SpeculationMode.fixed)

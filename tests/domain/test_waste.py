@@ -29,13 +29,27 @@ from app.domain.waste import (
 DAY = 86_400.0
 
 
-def group(drafted: int, accepted: int, *, requests: int = 20, k: int | None = 4,
-          cost: int = 1_000_000, key: str = "team-a") -> AcceptanceGroup:
-    return AcceptanceGroup(scope=Scope.team, key=key, method="ngram", k=k, requests=requests,
-                           num_drafts=max(drafted // (k or 1), 1), draft_tokens=drafted,
-                           accepted_tokens=accepted,
-                           scheduled_tokens=3 * drafted + (drafted - accepted),
-                           cost_micros=cost)
+def group(
+    drafted: int,
+    accepted: int,
+    *,
+    requests: int = 20,
+    k: int | None = 4,
+    cost: int = 1_000_000,
+    key: str = "team-a",
+) -> AcceptanceGroup:
+    return AcceptanceGroup(
+        scope=Scope.team,
+        key=key,
+        method="ngram",
+        k=k,
+        requests=requests,
+        num_drafts=max(drafted // (k or 1), 1),
+        draft_tokens=drafted,
+        accepted_tokens=accepted,
+        scheduled_tokens=3 * drafted + (drafted - accepted),
+        cost_micros=cost,
+    )
 
 
 def test_wilson_matches_the_textbook_value() -> None:
@@ -44,8 +58,10 @@ def test_wilson_matches_the_textbook_value() -> None:
     assert high == pytest.approx(0.3662, abs=1e-4)
 
 
-@given(st.integers(1, 10_000).flatmap(lambda n: st.tuples(st.integers(0, n), st.just(n))),
-       st.floats(0.5, 0.999))
+@given(
+    st.integers(1, 10_000).flatmap(lambda n: st.tuples(st.integers(0, n), st.just(n))),
+    st.floats(0.5, 0.999),
+)
 def test_wilson_interval_contains_the_rate(counts: tuple[int, int], confidence: float) -> None:
     successes, trials = counts
     low, high = wilson_interval(successes, trials, confidence=confidence)
@@ -69,19 +85,27 @@ def test_small_samples_are_not_flagged_large_ones_are() -> None:
 
 
 def test_min_requests_and_threshold_are_honoured() -> None:
-    assert low_acceptance_findings([group(800, 200, requests=3)], Thresholds(min_requests=5),
-                                   window_seconds=DAY) == []
-    assert low_acceptance_findings([group(800, 200)], Thresholds(acceptance=0.2),
-                                   window_seconds=DAY) == []
+    assert (
+        low_acceptance_findings(
+            [group(800, 200, requests=3)], Thresholds(min_requests=5), window_seconds=DAY
+        )
+        == []
+    )
+    assert (
+        low_acceptance_findings([group(800, 200)], Thresholds(acceptance=0.2), window_seconds=DAY)
+        == []
+    )
 
 
 def test_low_acceptance_cost_is_the_rejected_share_scaled_to_a_month() -> None:
-    [finding] = low_acceptance_findings([group(1000, 100, cost=4_100_000)], Thresholds(),
-                                        window_seconds=DAY)
+    [finding] = low_acceptance_findings(
+        [group(1000, 100, cost=4_100_000)], Thresholds(), window_seconds=DAY
+    )
     # scheduled = 3 * 1000 + 900 rejected = 3900; rejected share 900/3900 of 4.10
     assert finding.window_cost_micros == round(4_100_000 * 900 / 3900)
-    assert finding.monthly_cost_micros == round(finding.window_cost_micros * SECONDS_PER_MONTH
-                                                / DAY)
+    assert finding.monthly_cost_micros == round(
+        finding.window_cost_micros * SECONDS_PER_MONTH / DAY
+    )
 
 
 def test_k_advice() -> None:
@@ -108,36 +132,56 @@ def test_speedup_interpolates_on_log_concurrency() -> None:
 
 
 def test_above_breakeven_costs_the_modelled_slowdown() -> None:
-    curve = BreakevenCurve(deployment="d1", breakeven_concurrency=4.2,
-                           speedups=[(4.0, 1.0), (16.0, 0.5)], schedule=[[1, 4, 3], [5, 256, 0]],
-                           sweep_id=7)
-    exposure = BreakevenExposure(deployment="d1", method="draft_model", requests=10,
-                                 seconds=50.0, mean_concurrency=8.0, cost_micros=2_000_000)
+    curve = BreakevenCurve(
+        deployment="d1",
+        breakeven_concurrency=4.2,
+        speedups=[(4.0, 1.0), (16.0, 0.5)],
+        schedule=[[1, 4, 3], [5, 256, 0]],
+        sweep_id=7,
+    )
+    exposure = BreakevenExposure(
+        deployment="d1",
+        method="draft_model",
+        requests=10,
+        seconds=50.0,
+        mean_concurrency=8.0,
+        cost_micros=2_000_000,
+    )
     finding = above_breakeven_finding(curve, exposure, window_seconds=DAY)
     assert finding is not None
     assert finding.window_cost_micros == 500_000  # speedup 0.75 at 8: a quarter wasted
     assert "[[1, 4, 3], [5, 256, 0]]" in finding.action
     assert "NUMA" in finding.action
-    none = BreakevenExposure(deployment="d1", method="ngram", requests=0, seconds=0.0,
-                             mean_concurrency=0.0, cost_micros=0)
+    none = BreakevenExposure(
+        deployment="d1",
+        method="ngram",
+        requests=0,
+        seconds=0.0,
+        mean_concurrency=0.0,
+        cost_micros=0,
+    )
     assert above_breakeven_finding(curve, none, window_seconds=DAY) is None
 
 
 def test_idle_findings_and_the_total() -> None:
-    exposures = [IdleExposure(deployment="busy", idle_micros=100, gpu_micros=1000, replicas=1),
-                 IdleExposure(deployment="idle", idle_micros=800, gpu_micros=1000, replicas=3),
-                 IdleExposure(deployment="empty", idle_micros=0, gpu_micros=0, replicas=1)]
+    exposures = [
+        IdleExposure(deployment="busy", idle_micros=100, gpu_micros=1000, replicas=1),
+        IdleExposure(deployment="idle", idle_micros=800, gpu_micros=1000, replicas=3),
+        IdleExposure(deployment="empty", idle_micros=0, gpu_micros=0, replicas=1),
+    ]
     [finding] = idle_findings(exposures, Thresholds(), window_seconds=SECONDS_PER_MONTH)
     assert finding.key == "idle"
     assert finding.monthly_cost_micros == 800
     assert "consolidate replicas" in finding.action
-    team_level = low_acceptance_findings([group(800, 100)], Thresholds(),
-                                         window_seconds=SECONDS_PER_MONTH)
+    team_level = low_acceptance_findings(
+        [group(800, 100)], Thresholds(), window_seconds=SECONDS_PER_MONTH
+    )
     assert monthly_total([finding, *team_level]) == 800
 
 
-@pytest.mark.parametrize("kwargs", [{"acceptance": 1.0}, {"confidence": 0.2},
-                                    {"min_requests": 0}, {"idle_share": 0.0}])
+@pytest.mark.parametrize(
+    "kwargs", [{"acceptance": 1.0}, {"confidence": 0.2}, {"min_requests": 0}, {"idle_share": 0.0}]
+)
 def test_thresholds_are_checked(kwargs: dict[str, float]) -> None:
     with pytest.raises(InvalidInput):
         Thresholds(**kwargs)  # type: ignore[arg-type]

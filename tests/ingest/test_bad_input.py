@@ -16,8 +16,10 @@ runner = CliRunner()
 
 def _counts(engine: Engine) -> tuple[int, int]:
     with engine.connect() as conn:
-        return (conn.scalar(select(func.count()).select_from(BillingRow)) or 0,
-                conn.scalar(select(func.count()).select_from(BillingDelivery)) or 0)
+        return (
+            conn.scalar(select(func.count()).select_from(BillingRow)) or 0,
+            conn.scalar(select(func.count()).select_from(BillingDelivery)) or 0,
+        )
 
 
 @pytest.fixture
@@ -34,34 +36,63 @@ def _bad_files(tmp_path: Path) -> dict[str, tuple[Path, str, str | None]]:
     """name -> (file, expected message part, expected 'row N, column C' part)."""
     header_missing = [c for c in HEADER if c != "EffectiveCost"]
     rows = [focus_row(hour=h) for h in range(4)]
-    truncated = write_focus_csv(tmp_path / "truncated.csv.gz", [focus_row(hour=h % 20)
-                                                                  for h in range(2000)])
+    truncated = write_focus_csv(
+        tmp_path / "truncated.csv.gz", [focus_row(hour=h % 20) for h in range(2000)]
+    )
     truncated.write_bytes(truncated.read_bytes()[:-300])
     empty = tmp_path / "empty.csv"
     empty.write_text("")
     return {
-        "missing column": (write_focus_csv(tmp_path / "missing.csv", rows, header_missing),
-                           "missing mandatory FOCUS 1.0 columns: EffectiveCost", None),
-        "bad cost": (write_focus_csv(tmp_path / "cost.csv", [*rows[:2], focus_row(
-            hour=3, cost="12,5 EUR")]), "not a decimal number", "row 3, column BilledCost"),
-        "bad timestamp": (write_focus_csv(tmp_path / "ts.csv", [*rows[:3], focus_row(
-            hour=3, ChargePeriodStart="yesterday")]), "not an ISO 8601 date/time",
-            "row 4, column ChargePeriodStart"),
-        "tags not an object": (write_focus_csv(tmp_path / "tags.csv", [focus_row(
-            Tags=json.dumps(["a", "b"]))]), "not a JSON object", "row 1, column Tags"),
-        "nested tags": (write_focus_csv(tmp_path / "nested.csv", [rows[0], focus_row(
-            hour=1, Tags=json.dumps({"a": {"b": 1}}))]), "not a flat JSON object",
-            "row 2, column Tags"),
+        "missing column": (
+            write_focus_csv(tmp_path / "missing.csv", rows, header_missing),
+            "missing mandatory FOCUS 1.0 columns: EffectiveCost",
+            None,
+        ),
+        "bad cost": (
+            write_focus_csv(tmp_path / "cost.csv", [*rows[:2], focus_row(hour=3, cost="12,5 EUR")]),
+            "not a decimal number",
+            "row 3, column BilledCost",
+        ),
+        "bad timestamp": (
+            write_focus_csv(
+                tmp_path / "ts.csv", [*rows[:3], focus_row(hour=3, ChargePeriodStart="yesterday")]
+            ),
+            "not an ISO 8601 date/time",
+            "row 4, column ChargePeriodStart",
+        ),
+        "tags not an object": (
+            write_focus_csv(tmp_path / "tags.csv", [focus_row(Tags=json.dumps(["a", "b"]))]),
+            "not a JSON object",
+            "row 1, column Tags",
+        ),
+        "nested tags": (
+            write_focus_csv(
+                tmp_path / "nested.csv",
+                [rows[0], focus_row(hour=1, Tags=json.dumps({"a": {"b": 1}}))],
+            ),
+            "not a flat JSON object",
+            "row 2, column Tags",
+        ),
         "truncated gzip": (truncated, "truncated or corrupt gzip", None),
         "empty file": (empty, "the file is empty", None),
     }
 
 
-@pytest.mark.parametrize("case", ["missing column", "bad cost", "bad timestamp",
-                                  "tags not an object", "nested tags", "truncated gzip",
-                                  "empty file"])
-def test_bad_input_is_rejected_and_writes_nothing(engine: Engine, loaded: Path, tmp_path: Path,
-                                                  case: str) -> None:
+@pytest.mark.parametrize(
+    "case",
+    [
+        "missing column",
+        "bad cost",
+        "bad timestamp",
+        "tags not an object",
+        "nested tags",
+        "truncated gzip",
+        "empty file",
+    ],
+)
+def test_bad_input_is_rejected_and_writes_nothing(
+    engine: Engine, loaded: Path, tmp_path: Path, case: str
+) -> None:
     path, message, location = _bad_files(tmp_path)[case]
     before = _counts(engine)
     # The bad file sits beside a good one for a new period: the good one must not load either.
@@ -82,7 +113,9 @@ def test_bad_input_is_rejected_and_writes_nothing(engine: Engine, loaded: Path, 
     assert _counts(engine) == before
 
 
-def test_lenient_skips_bad_rows_and_lists_them(engine: Engine, cli_env: str, tmp_path: Path) -> None:
+def test_lenient_skips_bad_rows_and_lists_them(
+    engine: Engine, cli_env: str, tmp_path: Path
+) -> None:
     rows = [focus_row(hour=h) for h in range(4)]
     rows[1]["BilledCost"] = "abc"
     rows[3]["ChargePeriodEnd"] = "2026-10-01T00:00:00Z"  # before its start
@@ -94,6 +127,8 @@ def test_lenient_skips_bad_rows_and_lists_them(engine: Engine, cli_env: str, tmp
     report = json.loads(result.stdout)
     assert report["rows"] == 2
     assert [(r["row"], r["column"]) for r in report["rejects"]] == [
-        (2, "BilledCost"), (4, "ChargePeriodEnd")]
+        (2, "BilledCost"),
+        (4, "ChargePeriodEnd"),
+    ]
     assert report["totals"]["USD"]["BilledCost"] == "3.000000"
     assert _counts(engine) == (2, 1)

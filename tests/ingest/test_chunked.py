@@ -21,14 +21,23 @@ MESSY = FIXTURES / "aws_focus_1_0_messy.csv"
 
 def _stored(engine: Engine) -> list[tuple[object, ...]]:
     with engine.connect() as conn:
-        return [tuple(r) for r in conn.execute(
-            select(BillingRow.source_row, BillingRow.billed_cost_micros, BillingRow.tags,
-                   BillingRow.focus_columns, BillingRow.charge_period_start)
-            .order_by(BillingRow.source_row))]
+        return [
+            tuple(r)
+            for r in conn.execute(
+                select(
+                    BillingRow.source_row,
+                    BillingRow.billed_cost_micros,
+                    BillingRow.tags,
+                    BillingRow.focus_columns,
+                    BillingRow.charge_period_start,
+                ).order_by(BillingRow.source_row)
+            )
+        ]
 
 
-def test_chunks_store_and_report_what_one_pass_does(engine: Engine,
-                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def test_chunks_store_and_report_what_one_pass_does(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
     whole = ingest_billing(engine, str(MESSY), IngestOptions(source="one"))
     stored_whole = _stored(engine)
     with engine.begin() as conn:
@@ -41,12 +50,14 @@ def test_chunks_store_and_report_what_one_pass_does(engine: Engine,
     assert _stored(engine) == stored_whole
     assert chunked.to_json() == whole.to_json()
     with engine.connect() as conn:
-        assert conn.execute(select(BillingDelivery.row_count, BillingDelivery.billing_period_end)
-                            ).one() == (51, whole.periods[0].billing_period_end)
+        assert conn.execute(
+            select(BillingDelivery.row_count, BillingDelivery.billing_period_end)
+        ).one() == (51, whole.periods[0].billing_period_end)
 
 
-def test_problems_keep_file_row_numbers_across_chunks(engine: Engine, tmp_path: Path,
-                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+def test_problems_keep_file_row_numbers_across_chunks(
+    engine: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(ingest.service, "CHUNK_ROWS", 4)  # chunks: row 1, 2-5, 6-9, 10-12
     rows = [focus_row(hour=h) for h in range(12)]
     rows[2] = focus_row(hour=2, BilledCost="abc")
@@ -58,32 +69,57 @@ def test_problems_keep_file_row_numbers_across_chunks(engine: Engine, tmp_path: 
     with pytest.raises(IngestError) as strict:
         ingest_billing(engine, str(path), IngestOptions())
     assert [(p.row, p.column) for p in strict.value.problems] == [
-        (3, "BilledCost"), (6, "Tags"), (8, "Tags"), (10, "ChargePeriodStart"), (11, "Tags")]
+        (3, "BilledCost"),
+        (6, "Tags"),
+        (8, "Tags"),
+        (10, "ChargePeriodStart"),
+        (11, "Tags"),
+    ]
     assert _stored(engine) == []  # chunks before the bad ones were rolled back
 
-    report = ingest_billing(engine, str(path),
-                            IngestOptions(normalise=NormaliseOptions(lenient=True)))
+    report = ingest_billing(
+        engine, str(path), IngestOptions(normalise=NormaliseOptions(lenient=True))
+    )
     assert [(p.row, p.column) for p in report.rejects] == [
-        (3, "BilledCost"), (6, "Tags"), (8, "Tags"), (10, "ChargePeriodStart"), (11, "Tags")]
+        (3, "BilledCost"),
+        (6, "Tags"),
+        (8, "Tags"),
+        (10, "ChargePeriodStart"),
+        (11, "Tags"),
+    ]
     assert [r[0] for r in _stored(engine)] == [1, 2, 4, 5, 7, 9, 12]
     assert (report.files[0].rows_read, report.files[0].rows_kept) == (12, 7)
 
 
 def test_each_attribute_combination_is_stored_once_per_chunk(
-        engine: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    engine: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     rows = [focus_row(hour=h, ResourceId=f"i-{h % 2}") for h in range(12)]
     rows[5] = focus_row(hour=5, ResourceId="i-1", ChargeCategory="usage")  # repaired alike
 
     def attribute_records() -> list[str]:
         with engine.connect() as conn:
-            return list(conn.execute(select(billing_row_attributes.c.resource_id)
-                                     .order_by(billing_row_attributes.c.resource_id)).scalars())
+            return list(
+                conn.execute(
+                    select(billing_row_attributes.c.resource_id).order_by(
+                        billing_row_attributes.c.resource_id
+                    )
+                ).scalars()
+            )
 
     def stored_rows() -> list[tuple[object, ...]]:
         with engine.connect() as conn:
-            return [tuple(r) for r in conn.execute(
-                select(BillingRow.source_row, BillingRow.resource_id, BillingRow.charge_category,
-                       BillingRow.billed_cost_micros).order_by(BillingRow.source_row))]
+            return [
+                tuple(r)
+                for r in conn.execute(
+                    select(
+                        BillingRow.source_row,
+                        BillingRow.resource_id,
+                        BillingRow.charge_category,
+                        BillingRow.billed_cost_micros,
+                    ).order_by(BillingRow.source_row)
+                )
+            ]
 
     expected = [(h + 1, f"i-{h % 2}", "Usage", 1_500_000) for h in range(12)]
     ingest_billing(engine, str(write_focus_csv(tmp_path / "a.csv", rows)), IngestOptions())
@@ -92,14 +128,16 @@ def test_each_attribute_combination_is_stored_once_per_chunk(
 
     monkeypatch.setattr(ingest.service, "CHUNK_ROWS", 4)  # chunks: row 1, 2-5, 6-9, 10-12
     rows[0] = focus_row(hour=0, ResourceId="i-0", BilledCost="1.5")  # a restated delivery
-    ingest_billing(engine, str(write_focus_csv(tmp_path / "a.csv", rows)),
-                   IngestOptions(force=True))
+    ingest_billing(
+        engine, str(write_focus_csv(tmp_path / "a.csv", rows)), IngestOptions(force=True)
+    )
     assert attribute_records() == ["i-0"] * 4 + ["i-1"] * 4  # the first delivery's are gone
     assert stored_rows() == expected
 
 
 def test_files_beyond_the_memory_budget_are_read_again_with_the_same_result(
-        engine: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    engine: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     folder = tmp_path / "export"
     folder.mkdir()
     write_focus_csv(folder / "october.csv", [focus_row(hour=h) for h in range(5)])

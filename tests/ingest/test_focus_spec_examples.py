@@ -17,10 +17,26 @@ from tests.conftest import FIXTURES
 
 EXAMPLES = sorted((FIXTURES / "focus-spec").glob("*.csv"))
 MANDATORY = {
-    "BilledCost", "BillingAccountId", "BillingAccountName", "BillingCurrency", "BillingPeriodEnd",
-    "BillingPeriodStart", "ChargeCategory", "ChargeClass", "ChargeDescription", "ChargePeriodEnd",
-    "ChargePeriodStart", "ContractedCost", "EffectiveCost", "InvoiceIssuerName", "ListCost",
-    "PricingQuantity", "PricingUnit", "ProviderName", "PublisherName", "ServiceCategory",
+    "BilledCost",
+    "BillingAccountId",
+    "BillingAccountName",
+    "BillingCurrency",
+    "BillingPeriodEnd",
+    "BillingPeriodStart",
+    "ChargeCategory",
+    "ChargeClass",
+    "ChargeDescription",
+    "ChargePeriodEnd",
+    "ChargePeriodStart",
+    "ContractedCost",
+    "EffectiveCost",
+    "InvoiceIssuerName",
+    "ListCost",
+    "PricingQuantity",
+    "PricingUnit",
+    "ProviderName",
+    "PublisherName",
+    "ServiceCategory",
     "ServiceName",
 }
 
@@ -44,8 +60,10 @@ def _expected_totals(path: Path) -> dict[str, tuple[Decimal, Decimal]]:
     for row in rows:
         currency = (row.get("BillingCurrency") or "").strip() or "(none)"
         billed, effective = totals.get(currency, (Decimal(0), Decimal(0)))
-        totals[currency] = (billed + _money(row.get("BilledCost", "")),
-                            effective + _money(row.get("EffectiveCost", "")))
+        totals[currency] = (
+            billed + _money(row.get("BilledCost", "")),
+            effective + _money(row.get("EffectiveCost", "")),
+        )
     return totals
 
 
@@ -74,8 +92,10 @@ def test_lenient_columns_ingest_with_independent_totals(engine: Engine, path: Pa
     report = ingest_billing(engine, str(path), options)
 
     expected = _expected_totals(path)
-    got = {c: (Decimal(t.to_json()["BilledCost"]), Decimal(t.to_json()["EffectiveCost"]))
-           for c, t in report.totals_by_currency().items()}
+    got = {
+        c: (Decimal(t.to_json()["BilledCost"]), Decimal(t.to_json()["EffectiveCost"]))
+        for c, t in report.totals_by_currency().items()
+    }
     assert got == expected
     _, rows = _header_and_rows(path)
     assert report.rows == len(rows)

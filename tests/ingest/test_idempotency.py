@@ -16,9 +16,14 @@ from tests.ingest.helpers import focus_row, write_focus_csv
 
 def _rows(engine: Engine) -> list[tuple[str, int]]:
     with engine.connect() as conn:
-        return [tuple(r) for r in conn.execute(
-            select(BillingRow.charge_description, BillingRow.billed_cost_micros)
-            .order_by(BillingRow.charge_period_start, BillingRow.id))]
+        return [
+            tuple(r)
+            for r in conn.execute(
+                select(BillingRow.charge_description, BillingRow.billed_cost_micros).order_by(
+                    BillingRow.charge_period_start, BillingRow.id
+                )
+            )
+        ]
 
 
 def _set_mtime(path: Path, offset_s: float) -> None:
@@ -27,8 +32,10 @@ def _set_mtime(path: Path, offset_s: float) -> None:
 
 
 def test_same_files_twice_change_nothing(engine: Engine, tmp_path: Path) -> None:
-    path = write_focus_csv(tmp_path / "bill.csv", [focus_row(hour=h) for h in range(5)] +
-                           [focus_row("2026-11", hour=1)])
+    path = write_focus_csv(
+        tmp_path / "bill.csv",
+        [focus_row(hour=h) for h in range(5)] + [focus_row("2026-11", hour=1)],
+    )
     first = ingest_billing(engine, str(path), IngestOptions())
     with engine.connect() as conn:
         ids_before = conn.scalars(select(BillingRow.id).order_by(BillingRow.id)).all()
@@ -42,20 +49,28 @@ def test_same_files_twice_change_nothing(engine: Engine, tmp_path: Path) -> None
 
 
 def test_newer_delivery_replaces_the_period_as_a_whole(engine: Engine, tmp_path: Path) -> None:
-    old = write_focus_csv(tmp_path / "old.csv", [focus_row(hour=h) for h in range(3)] +
-                          [focus_row("2026-11", ChargeDescription="november")])
+    old = write_focus_csv(
+        tmp_path / "old.csv",
+        [focus_row(hour=h) for h in range(3)]
+        + [focus_row("2026-11", ChargeDescription="november")],
+    )
     _set_mtime(old, -3600)
     ingest_billing(engine, str(old), IngestOptions(source="aws"))
-    restated = write_focus_csv(tmp_path / "new.csv", [focus_row(
-        hour=h, cost="2.00", ChargeDescription="restated") for h in range(2)])
+    restated = write_focus_csv(
+        tmp_path / "new.csv",
+        [focus_row(hour=h, cost="2.00", ChargeDescription="restated") for h in range(2)],
+    )
 
     report = ingest_billing(engine, str(restated), IngestOptions(source="aws"))
 
     assert [p.action for p in report.periods] == [LoadAction.replaced]
     assert _rows(engine) == [("restated", 2_000_000)] * 2 + [("november", 1_500_000)]
     with engine.connect() as conn:
-        superseded = conn.scalar(select(func.count()).select_from(BillingDelivery)
-                                 .where(BillingDelivery.superseded_at.is_not(None)))
+        superseded = conn.scalar(
+            select(func.count())
+            .select_from(BillingDelivery)
+            .where(BillingDelivery.superseded_at.is_not(None))
+        )
     assert superseded == 1
 
 
@@ -91,5 +106,11 @@ def test_failure_while_loading_a_period_leaves_it_as_it_was(
 
     assert _rows(engine) == [("kept", 1_500_000)]
     with engine.connect() as conn:
-        assert conn.scalar(select(func.count()).select_from(BillingDelivery)
-                           .where(BillingDelivery.superseded_at.is_(None))) == 1
+        assert (
+            conn.scalar(
+                select(func.count())
+                .select_from(BillingDelivery)
+                .where(BillingDelivery.superseded_at.is_(None))
+            )
+            == 1
+        )

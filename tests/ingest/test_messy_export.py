@@ -16,8 +16,9 @@ MESSY = FIXTURES / "aws_focus_1_0_messy.csv"
 
 def _independent_total(column: str) -> Decimal:
     with MESSY.open(encoding="utf-8-sig", newline="") as handle:
-        return sum((Decimal(row[column].strip().strip('"')) for row in csv.DictReader(handle)),
-                   Decimal(0))
+        return sum(
+            (Decimal(row[column].strip().strip('"')) for row in csv.DictReader(handle)), Decimal(0)
+        )
 
 
 def test_messy_export_ingests_strictly_with_repairs_counted(engine: Engine) -> None:
@@ -36,7 +37,9 @@ def test_messy_export_ingests_strictly_with_repairs_counted(engine: Engine) -> N
         "tag_user_prefix": 48,
     }
     totals = report.totals_by_currency()["USD"].to_json()
-    assert Decimal(totals["BilledCost"]) == _independent_total("BilledCost") == Decimal("979.996816")
+    assert (
+        Decimal(totals["BilledCost"]) == _independent_total("BilledCost") == Decimal("979.996816")
+    )
     assert Decimal(totals["EffectiveCost"]) == _independent_total("EffectiveCost")
 
 
@@ -48,8 +51,11 @@ def test_messy_export_rows_are_normalised(engine: Engine) -> None:
     assert first.charge_frequency == "Usage-Based"
     assert first.charge_class is None
     assert first.charge_period_start.isoformat() == "2026-10-01T00:00:00+00:00"
-    assert first.tags == {"specledger-deployment": "llama-8b-spec", "team": "search",
-                          "aws:createdBy": "AssumedRole:ci"}
+    assert first.tags == {
+        "specledger-deployment": "llama-8b-spec",
+        "team": "search",
+        "aws:createdBy": "AssumedRole:ci",
+    }
     assert first.provider_columns["x_CostCategories"] == {"CostCenter": "CC-42"}
     assert first.provider_columns["x_UsageType"] == "USE1-BoxUsage:p4d.24xlarge"
     assert first.focus_columns["AvailabilityZone"] == "us-east-1a"
@@ -65,10 +71,14 @@ def test_text_that_json_must_escape_is_kept_exactly(engine: Engine, tmp_path: Pa
     """Quotes, backslashes and control characters in columns kept as JSON round-trip."""
     awkward = 'say "hi"\\ tab\there\x01 line\nbreak'
     header = [*HEADER, "AvailabilityZone", "x_Note"]
-    path = write_focus_csv(tmp_path / "awkward.csv", [
-        focus_row(AvailabilityZone=awkward, x_Note=awkward),
-        focus_row(hour=1, AvailabilityZone="plain", x_Note="plain"),
-    ], header)
+    path = write_focus_csv(
+        tmp_path / "awkward.csv",
+        [
+            focus_row(AvailabilityZone=awkward, x_Note=awkward),
+            focus_row(hour=1, AvailabilityZone="plain", x_Note="plain"),
+        ],
+        header,
+    )
     ingest_billing(engine, str(path), IngestOptions())
     with engine.connect() as conn:
         rows = conn.execute(select(BillingRow).order_by(BillingRow.source_row)).all()

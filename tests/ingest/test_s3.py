@@ -35,8 +35,11 @@ def s3_endpoint() -> Iterator[str]:
 
 @pytest.fixture
 def s3(s3_endpoint: str, monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
-    for name, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-                        "AWS_DEFAULT_REGION": "us-east-1"}.items():
+    for name, value in {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }.items():
         monkeypatch.setenv(name, value)
     monkeypatch.setenv("SPECLEDGER_S3_ENDPOINT_URL", s3_endpoint)
     client = boto3.client("s3", endpoint_url=s3_endpoint)
@@ -49,37 +52,66 @@ def s3(s3_endpoint: str, monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-un
 
 def _deliver(client, partition: str, execution: str, rows: list[dict[str, str]]) -> None:  # type: ignore[no-untyped-def]
     data_key = f"exports/{EXPORT}/data/{partition}/{execution}/{EXPORT}-00001.csv.gz"
-    client.put_object(Bucket=BUCKET, Key=data_key, Body=gzip.compress(focus_csv_text(rows).encode()))
-    manifest = {"exportName": EXPORT, "executionId": execution,
-                "dataFiles": [f"s3://{BUCKET}/{data_key}"]}
-    client.put_object(Bucket=BUCKET,
-                      Key=f"exports/{EXPORT}/metadata/{partition}/{execution}/{EXPORT}-Manifest.json",
-                      Body=json.dumps(manifest).encode())
+    client.put_object(
+        Bucket=BUCKET, Key=data_key, Body=gzip.compress(focus_csv_text(rows).encode())
+    )
+    manifest = {
+        "exportName": EXPORT,
+        "executionId": execution,
+        "dataFiles": [f"s3://{BUCKET}/{data_key}"],
+    }
+    client.put_object(
+        Bucket=BUCKET,
+        Key=f"exports/{EXPORT}/metadata/{partition}/{execution}/{EXPORT}-Manifest.json",
+        Body=json.dumps(manifest).encode(),
+    )
 
 
 def _descriptions(engine: Engine) -> list[str]:
     with engine.connect() as conn:
-        return list(conn.scalars(select(BillingRow.charge_description)
-                                 .order_by(BillingRow.charge_period_start)))
+        return list(
+            conn.scalars(
+                select(BillingRow.charge_description).order_by(BillingRow.charge_period_start)
+            )
+        )
 
 
-@pytest.mark.parametrize("keep_read_bytes", [ingest.service.KEEP_READ_BYTES, 0],
-                         ids=["kept-in-memory", "downloads-read-again"])
+@pytest.mark.parametrize(
+    "keep_read_bytes",
+    [ingest.service.KEEP_READ_BYTES, 0],
+    ids=["kept-in-memory", "downloads-read-again"],
+)
 def test_two_deliveries_of_a_month_leave_only_the_newest_manifests_rows(
-    engine: Engine, cli_env: str, s3, tmp_path: Path,  # type: ignore[no-untyped-def]
-    keep_read_bytes: int, monkeypatch: pytest.MonkeyPatch,
+    engine: Engine,
+    cli_env: str,
+    s3,
+    tmp_path: Path,  # type: ignore[no-untyped-def]
+    keep_read_bytes: int,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(ingest.service, "KEEP_READ_BYTES", keep_read_bytes)
-    _deliver(s3, "BILLING_PERIOD=2026-10", "exec-1",
-             [focus_row(hour=h, ChargeDescription="first") for h in range(3)])
+    _deliver(
+        s3,
+        "BILLING_PERIOD=2026-10",
+        "exec-1",
+        [focus_row(hour=h, ChargeDescription="first") for h in range(3)],
+    )
     time.sleep(1.1)  # S3 LastModified has one-second resolution
-    _deliver(s3, "BILLING_PERIOD=2026-10", "exec-2",
-             [focus_row(hour=h, cost="2.00", ChargeDescription="restated") for h in range(2)])
+    _deliver(
+        s3,
+        "BILLING_PERIOD=2026-10",
+        "exec-2",
+        [focus_row(hour=h, cost="2.00", ChargeDescription="restated") for h in range(2)],
+    )
     # A data file no manifest lists (an aborted refresh) must never be read.
-    s3.put_object(Bucket=BUCKET, Key=f"exports/{EXPORT}/data/BILLING_PERIOD=2026-10/stray.csv",
-                  Body=focus_csv_text([focus_row(ChargeDescription="stray")]).encode())
-    _deliver(s3, "billing_period=2026-11", "exec-3",
-             [focus_row("2026-11", ChargeDescription="november")])
+    s3.put_object(
+        Bucket=BUCKET,
+        Key=f"exports/{EXPORT}/data/BILLING_PERIOD=2026-10/stray.csv",
+        Body=focus_csv_text([focus_row(ChargeDescription="stray")]).encode(),
+    )
+    _deliver(
+        s3, "billing_period=2026-11", "exec-3", [focus_row("2026-11", ChargeDescription="november")]
+    )
 
     runner = CliRunner()
     result = runner.invoke(app, ["ingest", "billing", f"s3://{BUCKET}/exports", "--json"])
@@ -96,11 +128,18 @@ def test_two_deliveries_of_a_month_leave_only_the_newest_manifests_rows(
 
 
 def test_manifest_listing_a_missing_file_writes_nothing(
-    engine: Engine, cli_env: str, s3  # type: ignore[no-untyped-def]
+    engine: Engine,
+    cli_env: str,
+    s3,  # type: ignore[no-untyped-def]
 ) -> None:
-    manifest = {"dataFiles": [f"s3://{BUCKET}/exports/{EXPORT}/data/BILLING_PERIOD=2026-10/gone.csv.gz"]}
-    s3.put_object(Bucket=BUCKET, Key=f"exports/{EXPORT}/metadata/BILLING_PERIOD=2026-10/"
-                  f"{EXPORT}-Manifest.json", Body=json.dumps(manifest).encode())
+    manifest = {
+        "dataFiles": [f"s3://{BUCKET}/exports/{EXPORT}/data/BILLING_PERIOD=2026-10/gone.csv.gz"]
+    }
+    s3.put_object(
+        Bucket=BUCKET,
+        Key=f"exports/{EXPORT}/metadata/BILLING_PERIOD=2026-10/{EXPORT}-Manifest.json",
+        Body=json.dumps(manifest).encode(),
+    )
 
     result = CliRunner().invoke(app, ["ingest", "billing", f"s3://{BUCKET}/exports"])
 

@@ -35,12 +35,15 @@ def _write(path: Path, records) -> Path:
 
 def _counts(engine) -> tuple[int, int]:
     with engine.connect() as conn:
-        return (conn.execute(select(func.count()).select_from(UsageRecord)).scalar_one(),
-                conn.execute(select(func.count()).select_from(ReplicaIdle)).scalar_one())
+        return (
+            conn.execute(select(func.count()).select_from(UsageRecord)).scalar_one(),
+            conn.execute(select(func.count()).select_from(ReplicaIdle)).scalar_one(),
+        )
 
 
-IDLE = ReplicaIdleEvent(deployment="smol", replica="r0", start_at=T0,
-                        end_at=T0.replace(hour=10), gpu_ns=5)
+IDLE = ReplicaIdleEvent(
+    deployment="smol", replica="r0", start_at=T0, end_at=T0.replace(hour=10), gpu_ns=5
+)
 
 
 def test_loading_twice_changes_nothing(engine, tmp_path: Path):
@@ -59,9 +62,12 @@ def test_loading_twice_changes_nothing(engine, tmp_path: Path):
 
 def test_a_bad_line_rejects_the_input_naming_file_and_line(engine, tmp_path: Path):
     good = make_event(1).to_json()
-    lines = [json.dumps(good), "{not json", json.dumps({**make_event(2).to_json(),
-                                                        "gpu_ns": 1.5}),
-             json.dumps({**make_event(3).to_json(), "arrived_at": "2026-12-01 09:00"})]
+    lines = [
+        json.dumps(good),
+        "{not json",
+        json.dumps({**make_event(2).to_json(), "gpu_ns": 1.5}),
+        json.dumps({**make_event(3).to_json(), "arrived_at": "2026-12-01 09:00"}),
+    ]
     path = tmp_path / "usage.jsonl"
     path.write_text("\n".join(lines) + "\n")
     with pytest.raises(UsageInputError) as caught:

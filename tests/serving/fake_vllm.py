@@ -44,35 +44,60 @@ class FakeVllm:
         if path == "/health":
             return httpx.Response(200)
         if path == "/v1/models":
-            return httpx.Response(200, json={"object": "list", "data": [
-                {"id": "fake-model", "object": "model", "owned_by": "vllm", "root": "/m"}]})
+            return httpx.Response(
+                200,
+                json={
+                    "object": "list",
+                    "data": [
+                        {"id": "fake-model", "object": "model", "owned_by": "vllm", "root": "/m"}
+                    ],
+                },
+            )
         if path == "/metrics":
             return httpx.Response(200, text=self.metrics_text())
         body = json.loads(await request.aread())
         self.bodies.append(body)
         chat = path == "/v1/chat/completions"
-        prompt = (" ".join(m["content"] for m in body["messages"]) if chat
-                  else body["prompt"])
+        prompt = " ".join(m["content"] for m in body["messages"]) if chat else body["prompt"]
         if "FAIL400" in prompt:
-            return httpx.Response(400, json={"error": {
-                "message": "max_tokens is too large", "type": "BadRequestError",
-                "param": "max_tokens", "code": 400}})
+            return httpx.Response(
+                400,
+                json={
+                    "error": {
+                        "message": "max_tokens is too large",
+                        "type": "BadRequestError",
+                        "param": "max_tokens",
+                        "code": 400,
+                    }
+                },
+            )
         if "TIMEOUT" in prompt:
             raise httpx.ReadTimeout("timed out", request=request)
         # Ids depend on what the client asked, not on the stream options the proxy adds.
         asked = {key: value for key, value in body.items() if key != "stream_options"}
-        request_id = ("chatcmpl-" if chat else "cmpl-") + hashlib.sha1(
-            _dumps(asked)).hexdigest()[:16]
-        plan = Plan(prompt_tokens=len(prompt.split()), steps=self.steps(body["max_tokens"]),
-                    k=self.k)
+        request_id = ("chatcmpl-" if chat else "cmpl-") + hashlib.sha1(_dumps(asked)).hexdigest()[
+            :16
+        ]
+        plan = Plan(
+            prompt_tokens=len(prompt.split()), steps=self.steps(body["max_tokens"]), k=self.k
+        )
         if not body.get("stream"):
             self.count(plan.steps)
             return httpx.Response(200, json=plan.response(request_id, chat=chat))
         delay = self.slow_chunk_s if "SLOW" in prompt else 0.0
-        return httpx.Response(200, headers={"content-type": "text/event-stream; charset=utf-8"},
-                              content=self.stream(plan, request_id, body, chat=chat,
-                                                  delay_s=delay, fail="MIDFAIL" in prompt,
-                                                  linger="LINGER" in prompt))
+        return httpx.Response(
+            200,
+            headers={"content-type": "text/event-stream; charset=utf-8"},
+            content=self.stream(
+                plan,
+                request_id,
+                body,
+                chat=chat,
+                delay_s=delay,
+                fail="MIDFAIL" in prompt,
+                linger="LINGER" in prompt,
+            ),
+        )
 
     @staticmethod
     def steps(max_tokens: int) -> list[int]:
@@ -90,9 +115,17 @@ class FakeVllm:
             self.num_draft_tokens += self.k
             self.num_accepted_tokens += size - 1
 
-    async def stream(self, plan: "Plan", request_id: str, body: dict[str, Any], *, chat: bool,
-                     delay_s: float, fail: bool, linger: bool = False
-                     ) -> AsyncIterator[bytes]:
+    async def stream(
+        self,
+        plan: "Plan",
+        request_id: str,
+        body: dict[str, Any],
+        *,
+        chat: bool,
+        delay_s: float,
+        fail: bool,
+        linger: bool = False,
+    ) -> AsyncIterator[bytes]:
         options = body.get("stream_options") or {}
         usage = bool(options.get("include_usage"))
         every = usage and bool(options.get("continuous_usage_stats"))
@@ -118,15 +151,20 @@ class FakeVllm:
 
     def metrics_text(self) -> str:
         labels = '{engine="0",model_name="fake-model"}'
-        return "\n".join([
-            "# TYPE vllm:spec_decode_num_drafts_total counter",
-            f"vllm:spec_decode_num_drafts_total{labels} {float(self.num_drafts)}",
-            f"vllm:spec_decode_num_drafts_created{labels} 1.79e+09",
-            f"vllm:spec_decode_num_draft_tokens_total{labels} {float(self.num_draft_tokens)}",
-            f"vllm:spec_decode_num_accepted_tokens_total{labels} "
-            f"{float(self.num_accepted_tokens)}",
-            'vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",position="0"} 1.0',
-        ]) + "\n"
+        return (
+            "\n".join(
+                [
+                    "# TYPE vllm:spec_decode_num_drafts_total counter",
+                    f"vllm:spec_decode_num_drafts_total{labels} {float(self.num_drafts)}",
+                    f"vllm:spec_decode_num_drafts_created{labels} 1.79e+09",
+                    f"vllm:spec_decode_num_draft_tokens_total{labels} {float(self.num_draft_tokens)}",
+                    f"vllm:spec_decode_num_accepted_tokens_total{labels} "
+                    f"{float(self.num_accepted_tokens)}",
+                    'vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",position="0"} 1.0',
+                ]
+            )
+            + "\n"
+        )
 
 
 @dataclass
@@ -140,19 +178,27 @@ class Plan:
         return sum(self.steps)
 
     def usage(self, completion: int) -> dict[str, int]:
-        return {"prompt_tokens": self.prompt_tokens,
-                "total_tokens": self.prompt_tokens + completion,
-                "completion_tokens": completion}
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "total_tokens": self.prompt_tokens + completion,
+            "completion_tokens": completion,
+        }
 
     def metrics(self) -> dict[str, Any]:
         drafts = len(self.steps) - 1
         accepted = sum(size - 1 for size in self.steps[1:])
-        return {"time_to_first_token_ms": 12.5, "generation_time_ms": 40.0,
-                "queue_time_ms": 0.05, "mean_itl_ms": 5.0,
-                "speculative_decoding": {"num_spec_steps": drafts,
-                                         "num_draft_tokens": drafts * self.k,
-                                         "num_accepted_draft_tokens": accepted,
-                                         "num_spec_tokens": self.k}}
+        return {
+            "time_to_first_token_ms": 12.5,
+            "generation_time_ms": 40.0,
+            "queue_time_ms": 0.05,
+            "mean_itl_ms": 5.0,
+            "speculative_decoding": {
+                "num_spec_steps": drafts,
+                "num_draft_tokens": drafts * self.k,
+                "num_accepted_draft_tokens": accepted,
+                "num_spec_tokens": self.k,
+            },
+        }
 
     def text(self, size: int, offset: int) -> str:
         return "".join(f" w{offset + i}" for i in range(size))
@@ -160,23 +206,41 @@ class Plan:
     def response(self, request_id: str, *, chat: bool) -> dict[str, Any]:
         text = self.text(self.completion_tokens, 0)
         choice: dict[str, Any] = (
-            {"index": 0, "message": {"role": "assistant", "content": text},
-             "finish_reason": "length"} if chat
-            else {"index": 0, "text": text, "logprobs": None, "finish_reason": "length"})
-        return {"id": request_id, "object": "chat.completion" if chat else "text_completion",
-                "created": 1796212140, "model": "fake-model", "choices": [choice],
-                "usage": self.usage(self.completion_tokens), "metrics": self.metrics()}
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": text},
+                "finish_reason": "length",
+            }
+            if chat
+            else {"index": 0, "text": text, "logprobs": None, "finish_reason": "length"}
+        )
+        return {
+            "id": request_id,
+            "object": "chat.completion" if chat else "text_completion",
+            "created": 1796212140,
+            "model": "fake-model",
+            "choices": [choice],
+            "usage": self.usage(self.completion_tokens),
+            "metrics": self.metrics(),
+        }
 
-    def chunks(self, request_id: str, *, chat: bool, every: bool
-               ) -> list[tuple[int | None, dict[str, Any]]]:
+    def chunks(
+        self, request_id: str, *, chat: bool, every: bool
+    ) -> list[tuple[int | None, dict[str, Any]]]:
         """``(step index, chunk)``; the role chunk of a chat stream has no step."""
         chunks: list[tuple[int | None, dict[str, Any]]] = []
         done = 0
-        head = {"id": request_id, "object": "chat.completion.chunk" if chat
-                else "text_completion", "created": 1796212140, "model": "fake-model"}
+        head = {
+            "id": request_id,
+            "object": "chat.completion.chunk" if chat else "text_completion",
+            "created": 1796212140,
+            "model": "fake-model",
+        }
         if chat:
-            role = {**head, "choices": [{"index": 0, "delta": {"role": "assistant",
-                                                                "content": ""}}]}
+            role = {
+                **head,
+                "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}],
+            }
             if every:
                 role["usage"] = self.usage(0)
             chunks.append((None, role))
@@ -195,7 +259,12 @@ class Plan:
         return chunks
 
     def usage_chunk(self, request_id: str, *, chat: bool) -> dict[str, Any]:
-        return {"id": request_id, "object": "chat.completion.chunk" if chat
-                else "text_completion", "created": 1796212140, "model": "fake-model",
-                "choices": [], "usage": self.usage(self.completion_tokens),
-                "metrics": self.metrics()}
+        return {
+            "id": request_id,
+            "object": "chat.completion.chunk" if chat else "text_completion",
+            "created": 1796212140,
+            "model": "fake-model",
+            "choices": [],
+            "usage": self.usage(self.completion_tokens),
+            "metrics": self.metrics(),
+        }

@@ -29,8 +29,9 @@ def free_port() -> int:
 def serve(app: FastAPI) -> Iterator[str]:
     """Serve ``app`` (lifespan included) until the block ends; yields its base URL."""
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port,
-                                           log_level="warning", lifespan="on"))
+    server = uvicorn.Server(
+        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
+    )
     thread = threading.Thread(target=server.run, name="proxy", daemon=True)
     thread.start()
     deadline = time.monotonic() + 30
@@ -57,12 +58,16 @@ def assert_gpu_time_conserved(engine: Engine, *, replica: str, gpus: int) -> int
     """Σ request GPU-ns + Σ idle GPU-ns == gpus x metered wall time, exactly, and the idle
     windows tile the wall time without gaps. Returns the wall time in ns."""
     with engine.connect() as conn:
-        requests = conn.execute(select(func.coalesce(func.sum(UsageRecord.gpu_ns), 0))
-                                .where(UsageRecord.replica == replica)).scalar_one()
-        windows = conn.execute(select(ReplicaIdle.start_at, ReplicaIdle.end_at,
-                                      ReplicaIdle.gpu_ns)
-                               .where(ReplicaIdle.replica == replica)
-                               .order_by(ReplicaIdle.start_at)).all()
+        requests = conn.execute(
+            select(func.coalesce(func.sum(UsageRecord.gpu_ns), 0)).where(
+                UsageRecord.replica == replica
+            )
+        ).scalar_one()
+        windows = conn.execute(
+            select(ReplicaIdle.start_at, ReplicaIdle.end_at, ReplicaIdle.gpu_ns)
+            .where(ReplicaIdle.replica == replica)
+            .order_by(ReplicaIdle.start_at)
+        ).all()
     assert windows, "no idle record: the meter was not closed"
     for before, after in itertools.pairwise(windows):
         assert before.end_at == after.start_at

@@ -18,17 +18,31 @@ from serving.loadgen import (
 )
 from tests.serving.fake_vllm import FakeVllm
 
-SLOW = Prompt(id="slow", kind="copy", messages=({"role": "user", "content": "SLOW copy"},),
-              max_tokens=12)
+SLOW = Prompt(
+    id="slow", kind="copy", messages=({"role": "user", "content": "SLOW copy"},), max_tokens=12
+)
 
 
-def _run(fake: FakeVllm, *, concurrency: int, measured: int, warmup: int,
-         prompts: tuple[Prompt, ...] = (SLOW,)) -> LevelRun:
+def _run(
+    fake: FakeVllm,
+    *,
+    concurrency: int,
+    measured: int,
+    warmup: int,
+    prompts: tuple[Prompt, ...] = (SLOW,),
+) -> LevelRun:
     async def go() -> LevelRun:
         async with httpx.AsyncClient(transport=fake.transport()) as client:
-            return await run_level(client, base_url="http://fake:8000/v1", model="fake-model",
-                                   prompts=prompts, concurrency=concurrency,
-                                   measured=measured, warmup=warmup)
+            return await run_level(
+                client,
+                base_url="http://fake:8000/v1",
+                model="fake-model",
+                prompts=prompts,
+                concurrency=concurrency,
+                measured=measured,
+                warmup=warmup,
+            )
+
     return asyncio.run(go())
 
 
@@ -51,8 +65,10 @@ def test_level_runs_warmup_then_measured_then_cancels_fillers() -> None:
     measured = [r for r in run.results if r.phase is Phase.measured]
     assert all(r.ok and r.output_tokens == 12 for r in measured)
     # every request asked for usage on each chunk, greedily
-    assert all(b["stream_options"] == {"include_usage": True, "continuous_usage_stats": True}
-               for b in fake.bodies)
+    assert all(
+        b["stream_options"] == {"include_usage": True, "continuous_usage_stats": True}
+        for b in fake.bodies
+    )
     assert {b["temperature"] for b in fake.bodies} == {0.0}
 
 
@@ -72,22 +88,35 @@ def test_summary_uses_vllm_definitions() -> None:
     tokens = stats.output_tokens_per_s * stats.window_s
     assert 48 <= round(tokens) <= 48 + 2 * 12
     assert stats.gpu_seconds_per_1k_tokens == pytest.approx(
-        1000 * 4 * stats.window_s / (stats.output_tokens_per_s * stats.window_s))
+        1000 * 4 * stats.window_s / (stats.output_tokens_per_s * stats.window_s)
+    )
 
 
-def _result(phase: Phase, start: float, end: float, ticks: list[tuple[float, int]]
-            ) -> RequestResult:
-    return RequestResult(phase=phase, session=0, prompt_id="p", start=start, end=end,
-                         first_token=ticks[0][0], output_tokens=ticks[-1][1], ticks=ticks)
+def _result(
+    phase: Phase, start: float, end: float, ticks: list[tuple[float, int]]
+) -> RequestResult:
+    return RequestResult(
+        phase=phase,
+        session=0,
+        prompt_id="p",
+        start=start,
+        end=end,
+        first_token=ticks[0][0],
+        output_tokens=ticks[-1][1],
+        ticks=ticks,
+    )
 
 
 def test_window_counts_every_token_emitted_inside_it() -> None:
-    run = LevelRun(concurrency=2, results=(
-        _result(Phase.warmup, 0.0, 2.0, [(0.5, 1), (1.5, 5), (2.0, 10)]),
-        _result(Phase.measured, 1.0, 3.0, [(1.2, 1), (2.0, 6), (3.0, 11)]),
-        _result(Phase.measured, 2.0, 4.0, [(2.5, 1), (4.0, 9)]),
-        _result(Phase.filler, 3.0, 5.0, [(3.5, 4), (5.0, 8)]),
-    ))
+    run = LevelRun(
+        concurrency=2,
+        results=(
+            _result(Phase.warmup, 0.0, 2.0, [(0.5, 1), (1.5, 5), (2.0, 10)]),
+            _result(Phase.measured, 1.0, 3.0, [(1.2, 1), (2.0, 6), (3.0, 11)]),
+            _result(Phase.measured, 2.0, 4.0, [(2.5, 1), (4.0, 9)]),
+            _result(Phase.filler, 3.0, 5.0, [(3.5, 4), (5.0, 8)]),
+        ),
+    )
     stats = summarize_level(run)
     assert stats.window_s == 3.0  # first measured start 1.0 .. last measured end 4.0
     # warm-up: 10 - 1 = 9 after t=1; measured: 11 and 9; filler: 4 by t=4
@@ -99,8 +128,9 @@ def test_window_counts_every_token_emitted_inside_it() -> None:
 
 
 def test_errors_are_counted_and_a_dead_level_is_an_error() -> None:
-    bad = Prompt(id="bad", kind="open", messages=({"role": "user", "content": "FAIL400"},),
-                 max_tokens=8)
+    bad = Prompt(
+        id="bad", kind="open", messages=({"role": "user", "content": "FAIL400"},), max_tokens=8
+    )
     run = _run(FakeVllm(), concurrency=1, measured=2, warmup=0, prompts=(bad,))
     assert all(r.error and r.error.startswith("HTTP 400") for r in run.results)
     with pytest.raises(LoadError, match="no measured request succeeded at concurrency 1"):

@@ -45,32 +45,51 @@ class TestParseResponse:
         assert parsed.usage == TokenUsage(prompt_tokens=39, completion_tokens=16)
         assert parsed.metrics is not None
         assert parsed.metrics.time_to_first_token_ms == pytest.approx(1448.7254720002056)
-        assert parsed.metrics.spec == SpecDecodeStats(num_drafts=3, draft_tokens=12,
-                                                      accepted_tokens=12)
+        assert parsed.metrics.spec == SpecDecodeStats(
+            num_drafts=3, draft_tokens=12, accepted_tokens=12
+        )
         assert parsed.error is None
         assert response_tokens(parsed) == 39 + 16  # nothing rejected
 
     def test_rejected_drafts_count_as_computed_tokens(self):
-        parsed = parse_response({
-            "usage": {"prompt_tokens": 10, "completion_tokens": 5,
-                      "prompt_tokens_details": {"cached_tokens": 8}},
-            "metrics": {"speculative_decoding": {"num_spec_steps": 2, "num_draft_tokens": 8,
-                                                 "num_accepted_draft_tokens": 3}},
-        })
+        parsed = parse_response(
+            {
+                "usage": {
+                    "prompt_tokens": 10,
+                    "completion_tokens": 5,
+                    "prompt_tokens_details": {"cached_tokens": 8},
+                },
+                "metrics": {
+                    "speculative_decoding": {
+                        "num_spec_steps": 2,
+                        "num_draft_tokens": 8,
+                        "num_accepted_draft_tokens": 3,
+                    }
+                },
+            }
+        )
         assert parsed.usage == TokenUsage(prompt_tokens=10, completion_tokens=5, cached_tokens=8)
         assert response_tokens(parsed) == 10 + 5 + 5
 
     def test_error_body_and_junk(self):
-        body = {"error": {"message": "max_tokens=5000 cannot be greater than max_model_len",
-                          "type": "BadRequestError", "code": 400}}
+        body = {
+            "error": {
+                "message": "max_tokens=5000 cannot be greater than max_model_len",
+                "type": "BadRequestError",
+                "code": 400,
+            }
+        }
         assert parse_response(body).error.startswith("max_tokens=5000")
         assert parse_response(["not", "an", "object"]).usage is None
-        assert parse_response({"usage": {"prompt_tokens": "x", "completion_tokens": True}}
-                              ).usage == TokenUsage()
+        assert (
+            parse_response({"usage": {"prompt_tokens": "x", "completion_tokens": True}}).usage
+            == TokenUsage()
+        )
 
     def test_multi_sequence_requests_have_no_metrics(self):
-        parsed = parse_response({"usage": {"prompt_tokens": 6, "completion_tokens": 6},
-                                 "metrics": None})
+        parsed = parse_response(
+            {"usage": {"prompt_tokens": 6, "completion_tokens": 6}, "metrics": None}
+        )
         assert parsed.metrics is None
         assert response_tokens(parsed) == 12
 
@@ -101,10 +120,17 @@ class TestStreamTally:
         tally = StreamTally()
         chunk = b'data: {"choices":[{"index":0,"text":", banana, cherry,"}]}\n\n'
         assert tally.observe(parse_event(chunk)) == 1
-        final = {"choices": [], "usage": {"prompt_tokens": 9, "completion_tokens": 6},
-                 "metrics": {"speculative_decoding": {"num_spec_steps": 1,
-                                                      "num_draft_tokens": 4,
-                                                      "num_accepted_draft_tokens": 1}}}
+        final = {
+            "choices": [],
+            "usage": {"prompt_tokens": 9, "completion_tokens": 6},
+            "metrics": {
+                "speculative_decoding": {
+                    "num_spec_steps": 1,
+                    "num_draft_tokens": 4,
+                    "num_accepted_draft_tokens": 1,
+                }
+            },
+        }
         assert tally.observe(parse_event(b"data: " + json.dumps(final).encode())) == 14
         assert tally.final_tokens() == 3  # the rejected drafts
         assert tally.usage() == TokenUsage(prompt_tokens=9, completion_tokens=6)
@@ -145,8 +171,13 @@ class TestSse:
 
 class TestAttribution:
     def test_headers(self):
-        attribution = make_attribution(session_id=" s1 ", team="search", cost_center="cc-7",
-                                       tags_header="env=prod, feature = rag,", new_session_id="x")
+        attribution = make_attribution(
+            session_id=" s1 ",
+            team="search",
+            cost_center="cc-7",
+            tags_header="env=prod, feature = rag,",
+            new_session_id="x",
+        )
         assert attribution.session_id == "s1"
         assert not attribution.session_generated
         assert attribution.team == "search"
@@ -154,8 +185,9 @@ class TestAttribution:
         assert attribution.tags == {"env": "prod", "feature": "rag"}
 
     def test_missing_session_is_generated(self):
-        attribution = make_attribution(session_id=None, team="", cost_center=None,
-                                       tags_header=None, new_session_id="gen")
+        attribution = make_attribution(
+            session_id=None, team="", cost_center=None, tags_header=None, new_session_id="gen"
+        )
         assert (attribution.session_id, attribution.session_generated) == ("gen", True)
         assert attribution.team is None
 
@@ -166,18 +198,41 @@ class TestAttribution:
 
     def test_overlong_session(self):
         with pytest.raises(ValueError, match="X-Session-Id"):
-            make_attribution(session_id="s" * 129, team=None, cost_center=None,
-                             tags_header=None, new_session_id="x")
+            make_attribution(
+                session_id="s" * 129,
+                team=None,
+                cost_center=None,
+                tags_header=None,
+                new_session_id="x",
+            )
 
 
 def _event(**overrides) -> UsageEvent:
     fields = {
-        "event_id": "e1", "session_id": "s", "team": "t", "cost_center": None, "tags": {"k": "v"},
-        "deployment": "d", "replica": "r", "model": "m", "endpoint": "completions", "streamed": True,
-        "spec_method": "ngram", "spec_k": 4, "arrived_at": datetime(2026, 12, 1, 10, 0, tzinfo=UTC),
-        "first_token_at": None, "finished_at": datetime(2026, 12, 1, 10, 0, 1, 5, tzinfo=UTC),
-        "prompt_tokens": 3, "completion_tokens": 4, "num_drafts": 1, "draft_tokens": 4,
-        "accepted_tokens": 2, "gpu_ns": 123_456_789_012, "status": "ok", "http_status": 200}
+        "event_id": "e1",
+        "session_id": "s",
+        "team": "t",
+        "cost_center": None,
+        "tags": {"k": "v"},
+        "deployment": "d",
+        "replica": "r",
+        "model": "m",
+        "endpoint": "completions",
+        "streamed": True,
+        "spec_method": "ngram",
+        "spec_k": 4,
+        "arrived_at": datetime(2026, 12, 1, 10, 0, tzinfo=UTC),
+        "first_token_at": None,
+        "finished_at": datetime(2026, 12, 1, 10, 0, 1, 5, tzinfo=UTC),
+        "prompt_tokens": 3,
+        "completion_tokens": 4,
+        "num_drafts": 1,
+        "draft_tokens": 4,
+        "accepted_tokens": 2,
+        "gpu_ns": 123_456_789_012,
+        "status": "ok",
+        "http_status": 200,
+    }
     fields.update(overrides)
     return UsageEvent(**fields)
 
@@ -191,22 +246,29 @@ class TestRecords:
         assert record_from_json(encoded) == event
 
     def test_idle_json_round_trip(self):
-        idle = ReplicaIdleEvent(deployment="d", replica="r",
-                                start_at=datetime(2026, 12, 1, tzinfo=UTC),
-                                end_at=datetime(2026, 12, 1, 0, 5, tzinfo=UTC), gpu_ns=7)
+        idle = ReplicaIdleEvent(
+            deployment="d",
+            replica="r",
+            start_at=datetime(2026, 12, 1, tzinfo=UTC),
+            end_at=datetime(2026, 12, 1, 0, 5, tzinfo=UTC),
+            gpu_ns=7,
+        )
         assert record_from_json(json.loads(json.dumps(idle.to_json()))) == idle
 
-    @pytest.mark.parametrize(("change", "message"), [
-        ({"gpu_ns": 1.5}, "'gpu_ns' must be a non-negative integer"),
-        ({"gpu_ns": -1}, "'gpu_ns' must be a non-negative integer"),
-        ({"arrived_at": "2026-12-01T10:00:00"}, "'arrived_at' has no UTC offset"),
-        ({"arrived_at": "yesterday"}, "not an ISO 8601 instant"),
-        ({"status": "fine"}, "must be ok, error or cancelled"),
-        ({"streamed": "yes"}, "'streamed' must be true or false"),
-        ({"tags": {"k": 1}}, "'tags' must be an object of strings"),
-        ({"event_id": "x" * 65}, "longer than 64"),
-        ({"record": "bill"}, "unknown record type"),
-    ])
+    @pytest.mark.parametrize(
+        ("change", "message"),
+        [
+            ({"gpu_ns": 1.5}, "'gpu_ns' must be a non-negative integer"),
+            ({"gpu_ns": -1}, "'gpu_ns' must be a non-negative integer"),
+            ({"arrived_at": "2026-12-01T10:00:00"}, "'arrived_at' has no UTC offset"),
+            ({"arrived_at": "yesterday"}, "not an ISO 8601 instant"),
+            ({"status": "fine"}, "must be ok, error or cancelled"),
+            ({"streamed": "yes"}, "'streamed' must be true or false"),
+            ({"tags": {"k": 1}}, "'tags' must be an object of strings"),
+            ({"event_id": "x" * 65}, "longer than 64"),
+            ({"record": "bill"}, "unknown record type"),
+        ],
+    )
     def test_bad_json_names_the_field(self, change, message):
         obj = {**_event().to_json(), **change}
         with pytest.raises(ValueError, match=message):
@@ -223,8 +285,10 @@ def test_spec_decode_counters_from_real_metrics_page():
     counters = parse_spec_decode_counters((FIXTURES / "metrics.txt").read_text())
     assert counters == {"num_drafts": 14, "num_draft_tokens": 56, "num_accepted_tokens": 44}
     assert parse_spec_decode_counters("") == dict.fromkeys(counters, 0)
-    labelled = 'vllm:spec_decode_num_drafts_total{engine="0",model_name="a b"} 3.0\n' \
-               'vllm:spec_decode_num_drafts_total{engine="1",model_name="a b"} 4.0\n'
+    labelled = (
+        'vllm:spec_decode_num_drafts_total{engine="0",model_name="a b"} 3.0\n'
+        'vllm:spec_decode_num_drafts_total{engine="1",model_name="a b"} 4.0\n'
+    )
     assert parse_spec_decode_counters(labelled)["num_drafts"] == 7
 
 

@@ -20,19 +20,23 @@ def _cli() -> typer.Typer:
 
 
 def test_parse_replica_with_every_key():
-    spec = parse_replica("http://10.0.0.5:8100/v1,gpus=4,deployment=llama,name=r1,spec=ngram,"
-                         "k=4,model=llama-8b")
+    spec = parse_replica(
+        "http://10.0.0.5:8100/v1,gpus=4,deployment=llama,name=r1,spec=ngram,k=4,model=llama-8b"
+    )
     assert spec.base_url == "http://10.0.0.5:8100"
     assert (spec.gpus, spec.deployment, spec.replica_name) == (4, "llama", "r1")
     assert (spec.spec_method, spec.spec_k, spec.model) == ("ngram", 4, "llama-8b")
     assert parse_replica("http://h:1").replica_name == "h:1"
 
 
-@pytest.mark.parametrize(("text", "message"), [
-    ("10.0.0.5:8100", "must be the replica's http"),
-    ("http://h:1,colour=red", "expected one of gpus"),
-    ("http://h:1,gpus=0", "greater than 0"),
-])
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("10.0.0.5:8100", "must be the replica's http"),
+        ("http://h:1,colour=red", "expected one of gpus"),
+        ("http://h:1,gpus=0", "greater than 0"),
+    ],
+)
 def test_parse_replica_errors(text, message):
     with pytest.raises(typer.BadParameter, match=message):
         parse_replica(text)
@@ -41,29 +45,52 @@ def test_parse_replica_errors(text, message):
 def test_replica_from_a_saved_engine_config(tmp_path: Path, monkeypatch):
     from serving import proxy_cli
 
-    config = EngineConfig(name="smol", model="/models/SmolLM2-135M-Instruct", port=8123,
-                          speculation=NgramSpeculation(k=3))
+    config = EngineConfig(
+        name="smol",
+        model="/models/SmolLM2-135M-Instruct",
+        port=8123,
+        speculation=NgramSpeculation(k=3),
+    )
     save_engine_config(config, tmp_path / "smol.json")
     served = {}
     monkeypatch.setattr("uvicorn.run", lambda app, **kw: served.update(kw))
     monkeypatch.setattr(proxy_cli, "create_proxy_app", lambda cfg: served.update(config=cfg))
-    result = runner.invoke(_cli(), ["proxy", "--engine", "smol", "--engines-dir", str(tmp_path),
-                                    "--no-db", "--jsonl", str(tmp_path / "u.jsonl"),
-                                    "--port", "9999"])
+    result = runner.invoke(
+        _cli(),
+        [
+            "proxy",
+            "--engine",
+            "smol",
+            "--engines-dir",
+            str(tmp_path),
+            "--no-db",
+            "--jsonl",
+            str(tmp_path / "u.jsonl"),
+            "--port",
+            "9999",
+        ],
+    )
     assert result.exit_code == 0, result.output
     (replica,) = served["config"].replicas
-    assert (replica.base_url, replica.deployment, replica.spec_method, replica.spec_k,
-            replica.model) == ("http://127.0.0.1:8123", "smol", "ngram", 3,
-                               "SmolLM2-135M-Instruct")
+    assert (
+        replica.base_url,
+        replica.deployment,
+        replica.spec_method,
+        replica.spec_k,
+        replica.model,
+    ) == ("http://127.0.0.1:8123", "smol", "ngram", 3, "SmolLM2-135M-Instruct")
     assert served["port"] == 9999
     assert served["config"].database_url is None
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    ([], "give at least one --replica or --engine"),
-    (["--replica", "http://h:1", "--no-db"], "--no-db needs --jsonl"),
-    (["--engine", "missing"], "engine 'missing'"),
-])
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ([], "give at least one --replica or --engine"),
+        (["--replica", "http://h:1", "--no-db"], "--no-db needs --jsonl"),
+        (["--engine", "missing"], "engine 'missing'"),
+    ],
+)
 def test_proxy_refuses_incomplete_options(args, message, tmp_path: Path):
     result = runner.invoke(_cli(), ["proxy", "--engines-dir", str(tmp_path), *args])
     assert result.exit_code == 2

@@ -30,15 +30,21 @@ MODEL = target_dir(ROOT / DEFAULT_CACHE_DIR)
 pytestmark = [
     pytest.mark.serving,
     pytest.mark.xdist_group("vllm"),  # one engine at a time on a small machine
-    pytest.mark.skipif(not VLLM_PYTHON.exists(),
-                       reason=f"no vLLM venv at {VLLM_PYTHON.parent.parent}; run "
-                       "`make serving-env` (serving/install_vllm_cpu.sh)"),
-    pytest.mark.skipif(not is_prepared(MODEL),
-                       reason=f"no prepared model at {MODEL}; run `specledger models prepare`"),
+    pytest.mark.skipif(
+        not VLLM_PYTHON.exists(),
+        reason=f"no vLLM venv at {VLLM_PYTHON.parent.parent}; run "
+        "`make serving-env` (serving/install_vllm_cpu.sh)",
+    ),
+    pytest.mark.skipif(
+        not is_prepared(MODEL),
+        reason=f"no prepared model at {MODEL}; run `specledger models prepare`",
+    ),
 ]
 
-COPY = ("Repeat the list exactly: apple, banana, cherry, date, elderberry, fig, grape.\n"
-        "apple, banana, cherry, date, elderberry, fig, grape.\nAgain:")
+COPY = (
+    "Repeat the list exactly: apple, banana, cherry, date, elderberry, fig, grape.\n"
+    "apple, banana, cherry, date, elderberry, fig, grape.\nAgain:"
+)
 PROMPTS = [
     COPY,
     "def add(a, b):\n    return a + b\n\ndef add(a, b):\n",
@@ -69,11 +75,17 @@ class EngineSlot:
             return self.current[1]
         self.stop()
         speculation = NgramSpeculation(k=4) if spec == "ngram" else NoSpeculation()
-        config = EngineConfig(name=f"proxy-test-{spec}-{dtype}", model=str(MODEL),
-                              speculation=speculation, port=free_port(),
-                              python=str(VLLM_PYTHON), dtype=dtype)
-        handle = launcher.start(config, self.state_dir / f"{config.name}.log", timeout_s=400,
-                                state_dir=self.state_dir)
+        config = EngineConfig(
+            name=f"proxy-test-{spec}-{dtype}",
+            model=str(MODEL),
+            speculation=speculation,
+            port=free_port(),
+            python=str(VLLM_PYTHON),
+            dtype=dtype,
+        )
+        handle = launcher.start(
+            config, self.state_dir / f"{config.name}.log", timeout_s=400, state_dir=self.state_dir
+        )
         self.current = ((spec, dtype), config, handle)
         return config
 
@@ -98,9 +110,14 @@ def ngram(engines: EngineSlot) -> EngineConfig:
 
 
 def proxy_for(config: EngineConfig, *, db_url: str | None = None, jsonl: Path | None = None):
-    return create_proxy_app(ProxyConfig(
-        replicas=(ReplicaSpec.from_engine(config, gpus=1),), database_url=db_url,
-        jsonl_path=jsonl, tick_interval_s=0.2))
+    return create_proxy_app(
+        ProxyConfig(
+            replicas=(ReplicaSpec.from_engine(config, gpus=1),),
+            database_url=db_url,
+            jsonl_path=jsonl,
+            tick_interval_s=0.2,
+        )
+    )
 
 
 def counters(config: EngineConfig) -> dict[str, int]:
@@ -117,8 +134,12 @@ async def _call(client: httpx.AsyncClient, path: str, body: dict, headers: dict)
     if not body.get("stream"):
         response = await client.post(path, json=body, headers=headers)
         data = response.json()
-        return {"status": response.status_code, "headers": response.headers,
-                "usage": data["usage"], "finish": data["choices"][0]["finish_reason"]}
+        return {
+            "status": response.status_code,
+            "headers": response.headers,
+            "usage": data["usage"],
+            "finish": data["choices"][0]["finish_reason"],
+        }
     result: dict = {"usage": None, "finish": None}
     async with client.stream("POST", path, json=body, headers=headers) as response:
         result.update(status=response.status_code, headers=response.headers)
@@ -138,20 +159,44 @@ def test_concurrent_requests_of_two_teams_are_metered_exactly(engine, db_url, ng
     model = ngram.model_name
     calls = []
     for i in range(3):
-        calls.append(("/v1/chat/completions", {
-            "model": model, "messages": [{"role": "user", "content": PROMPTS[i]}],
-            "max_tokens": 24, "temperature": 0, "stream": True,
-            "stream_options": {"include_usage": True}},
-            {"X-Team": "search", "X-Session-Id": f"search-{i % 2}", "X-Tags": "env=test"}))
-        calls.append(("/v1/completions", {"model": model, "prompt": PROMPTS[i + 3],
-                                          "max_tokens": 20 + i, "temperature": 0},
-                      {"X-Team": "ads", "X-Cost-Center": "cc-ads"}))
-        calls.append(("/v1/completions", {"model": model, "prompt": PROMPTS[i],
-                                          "max_tokens": 16, "temperature": 0, "stream": True},
-                      {"X-Team": "ads"}))
+        calls.append(
+            (
+                "/v1/chat/completions",
+                {
+                    "model": model,
+                    "messages": [{"role": "user", "content": PROMPTS[i]}],
+                    "max_tokens": 24,
+                    "temperature": 0,
+                    "stream": True,
+                    "stream_options": {"include_usage": True},
+                },
+                {"X-Team": "search", "X-Session-Id": f"search-{i % 2}", "X-Tags": "env=test"},
+            )
+        )
+        calls.append(
+            (
+                "/v1/completions",
+                {"model": model, "prompt": PROMPTS[i + 3], "max_tokens": 20 + i, "temperature": 0},
+                {"X-Team": "ads", "X-Cost-Center": "cc-ads"},
+            )
+        )
+        calls.append(
+            (
+                "/v1/completions",
+                {
+                    "model": model,
+                    "prompt": PROMPTS[i],
+                    "max_tokens": 16,
+                    "temperature": 0,
+                    "stream": True,
+                },
+                {"X-Team": "ads"},
+            )
+        )
     before = counters(ngram)
     started = time.monotonic()
     with serve(proxy_for(ngram, db_url=db_url)) as url:
+
         async def send_all() -> list[dict]:
             async with httpx.AsyncClient(base_url=url, timeout=300) as client:
                 return await asyncio.gather(*(_call(client, *call) for call in calls))
@@ -178,29 +223,45 @@ def test_concurrent_requests_of_two_teams_are_metered_exactly(engine, db_url, ng
         assert row["arrived_at"] <= row["first_token_at"] <= row["finished_at"]
         assert row["gpu_ns"] > 0
     assert sum(row["num_drafts"] for row in rows.values()) == (
-        after["num_drafts"] - before["num_drafts"])
+        after["num_drafts"] - before["num_drafts"]
+    )
     assert sum(row["draft_tokens"] for row in rows.values()) == (
-        after["num_draft_tokens"] - before["num_draft_tokens"])
+        after["num_draft_tokens"] - before["num_draft_tokens"]
+    )
     assert sum(row["accepted_tokens"] for row in rows.values()) == (
-        after["num_accepted_tokens"] - before["num_accepted_tokens"])
+        after["num_accepted_tokens"] - before["num_accepted_tokens"]
+    )
     assert after["num_accepted_tokens"] > before["num_accepted_tokens"]  # copying was drafted
     assert max(row["concurrency"] for row in rows.values()) > 1
-    wall_ns = assert_gpu_time_conserved(engine, replica=ReplicaSpec.from_engine(
-        ngram).replica_name, gpus=1)
+    wall_ns = assert_gpu_time_conserved(
+        engine, replica=ReplicaSpec.from_engine(ngram).replica_name, gpus=1
+    )
     assert 0 < wall_ns / 1e9 <= wall_s
 
 
 def test_openai_client_works_unchanged(ngram, tmp_path: Path):
     log = tmp_path / "usage.jsonl"
     with serve(proxy_for(ngram, jsonl=log)) as url:
-        client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0,
-                               default_headers={"X-Team": "sdk", "X-Session-Id": "sdk-1"})
+        client = openai.OpenAI(
+            base_url=url + "/v1",
+            api_key="unused",
+            max_retries=0,
+            default_headers={"X-Team": "sdk", "X-Session-Id": "sdk-1"},
+        )
         assert [m.id for m in client.models.list()] == [ngram.model_name]
-        completion = client.completions.create(model=ngram.model_name, prompt=COPY,
-                                               max_tokens=12, temperature=0)
-        chunks = list(client.chat.completions.create(
-            model=ngram.model_name, messages=[{"role": "user", "content": "Say hi"}],
-            max_tokens=8, temperature=0, stream=True, stream_options={"include_usage": True}))
+        completion = client.completions.create(
+            model=ngram.model_name, prompt=COPY, max_tokens=12, temperature=0
+        )
+        chunks = list(
+            client.chat.completions.create(
+                model=ngram.model_name,
+                messages=[{"role": "user", "content": "Say hi"}],
+                max_tokens=8,
+                temperature=0,
+                stream=True,
+                stream_options={"include_usage": True},
+            )
+        )
         client.close()
     assert completion.choices[0].text
     assert completion.usage.completion_tokens == 12
@@ -218,12 +279,39 @@ def test_vllm_bench_serve_runs_through_the_proxy(ngram, tmp_path: Path):
     log = tmp_path / "usage.jsonl"
     with serve(proxy_for(ngram, jsonl=log)) as url:
         result = subprocess.run(
-            [str(VLLM_PYTHON), "-c", BENCH, "--base-url", url, "--dataset-name", "random",
-             "--random-input-len", "32", "--random-output-len", "12", "--num-prompts", "6",
-             "--max-concurrency", "3", "--seed", "0", "--disable-tqdm",
-             "--header", "X-Team=bench", "--save-result", "--result-dir", str(tmp_path),
-             "--result-filename", "bench.json"],
-            capture_output=True, text=True, timeout=300, cwd=tmp_path, check=False)
+            [
+                str(VLLM_PYTHON),
+                "-c",
+                BENCH,
+                "--base-url",
+                url,
+                "--dataset-name",
+                "random",
+                "--random-input-len",
+                "32",
+                "--random-output-len",
+                "12",
+                "--num-prompts",
+                "6",
+                "--max-concurrency",
+                "3",
+                "--seed",
+                "0",
+                "--disable-tqdm",
+                "--header",
+                "X-Team=bench",
+                "--save-result",
+                "--result-dir",
+                str(tmp_path),
+                "--result-filename",
+                "bench.json",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            cwd=tmp_path,
+            check=False,
+        )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     summary = json.loads((tmp_path / "bench.json").read_text())
     assert (summary["completed"], summary.get("failed", 0)) == (6, 0)
@@ -236,8 +324,14 @@ def test_vllm_bench_serve_runs_through_the_proxy(ngram, tmp_path: Path):
 
 def test_cancelled_stream_records_the_tokens_produced(ngram, tmp_path: Path):
     log = tmp_path / "usage.jsonl"
-    body = {"model": ngram.model_name, "prompt": "Tell a long story about a dragon.",
-            "max_tokens": 400, "temperature": 0, "stream": True, "ignore_eos": True}
+    body = {
+        "model": ngram.model_name,
+        "prompt": "Tell a long story about a dragon.",
+        "max_tokens": 400,
+        "temperature": 0,
+        "stream": True,
+        "ignore_eos": True,
+    }
     seen = 0
     with serve(proxy_for(ngram, jsonl=log)) as url, httpx.Client(timeout=120) as client:
         with client.stream("POST", url + "/v1/completions", json=body) as response:
@@ -259,8 +353,7 @@ def test_cancelled_stream_records_the_tokens_produced(ngram, tmp_path: Path):
 
 def _engine_idle(config: EngineConfig) -> bool:
     text = httpx.get(config.base_url + "/metrics", timeout=10).text
-    running = [line for line in text.splitlines()
-               if line.startswith("vllm:num_requests_running{")]
+    running = [line for line in text.splitlines() if line.startswith("vllm:num_requests_running{")]
     return all(float(line.rsplit(" ", 1)[1]) == 0 for line in running)
 
 
@@ -268,8 +361,11 @@ def test_dead_upstream_gives_503_and_an_error_record(tmp_path: Path):
     log = tmp_path / "usage.jsonl"
     dead = EngineConfig(name="dead", model=str(MODEL), port=free_port())
     with serve(proxy_for(dead, jsonl=log)) as url:
-        response = httpx.post(url + "/v1/chat/completions", timeout=30, json={
-            "model": dead.model_name, "messages": [{"role": "user", "content": "hi"}]})
+        response = httpx.post(
+            url + "/v1/chat/completions",
+            timeout=30,
+            json={"model": dead.model_name, "messages": [{"role": "user", "content": "hi"}]},
+        )
     assert response.status_code == 503
     assert response.json()["error"]["code"] == "upstream_unavailable"
     (event,) = jsonl_records(log)
@@ -281,9 +377,17 @@ def _greedy_token_ids(config: EngineConfig, log: Path) -> list[list[int]]:
     outputs = []
     with serve(proxy_for(config, jsonl=log)) as url, httpx.Client(timeout=300) as client:
         for prompt in PROMPTS:
-            body = client.post(url + "/v1/completions", json={
-                "model": config.model_name, "prompt": prompt, "max_tokens": 48,
-                "temperature": 0, "ignore_eos": True, "return_token_ids": True}).json()
+            body = client.post(
+                url + "/v1/completions",
+                json={
+                    "model": config.model_name,
+                    "prompt": prompt,
+                    "max_tokens": 48,
+                    "temperature": 0,
+                    "ignore_eos": True,
+                    "return_token_ids": True,
+                },
+            ).json()
             outputs.append(body["choices"][0]["token_ids"])
     return outputs
 

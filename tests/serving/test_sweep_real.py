@@ -35,16 +35,41 @@ def test_tiny_sweep_of_none_and_ngram(tmp_path: Path, monkeypatch: pytest.Monkey
     monkeypatch.setenv("SPECLEDGER_DATA_DIR", str(tmp_path / "data"))
     get_settings.cache_clear()
     out = tmp_path / "sweep.csv"
-    result = CliRunner().invoke(app, [
-        "breakeven", "sweep", "--concurrency", "1,2,4", "--spec", "none,ngram",
-        "--requests-per-level", "6", "--out", str(out), "--model", str(MODEL),
-        "--vllm-python", str(VLLM_PYTHON), "--engines-dir", str(tmp_path / "engines"),
-        "--route-by-load", "2", "--no-store"])
+    result = CliRunner().invoke(
+        app,
+        [
+            "breakeven",
+            "sweep",
+            "--concurrency",
+            "1,2,4",
+            "--spec",
+            "none,ngram",
+            "--requests-per-level",
+            "6",
+            "--out",
+            str(out),
+            "--model",
+            str(MODEL),
+            "--vllm-python",
+            str(VLLM_PYTHON),
+            "--engines-dir",
+            str(tmp_path / "engines"),
+            "--route-by-load",
+            "2",
+            "--no-store",
+        ],
+    )
     get_settings.cache_clear()
     assert result.exit_code == 0, result.output
     sweep = read_sweep_file(out)
     assert [(r.point.config, r.point.concurrency) for r in sweep.rows] == [
-        ("none", 1), ("none", 2), ("none", 4), ("ngram-k4", 1), ("ngram-k4", 2), ("ngram-k4", 4)]
+        ("none", 1),
+        ("none", 2),
+        ("none", 4),
+        ("ngram-k4", 1),
+        ("ngram-k4", 2),
+        ("ngram-k4", 4),
+    ]
     for row in sweep.rows:
         p, m = row.point, row.metrics
         assert p.output_tokens_per_s > 0
@@ -61,7 +86,8 @@ def test_tiny_sweep_of_none_and_ngram(tmp_path: Path, monkeypatch: pytest.Monkey
     assert logs
     assert logs[0].read_text().count("\n") >= 3 * 6  # the proxy metered every request
     assert [(r.point.config, r.point.concurrency, r.schedule) for r in sweep.scheduled] == [
-        ("routed-ngram-k4-up-to-2", level, '{"speculate_up_to": 2}') for level in (1, 2, 4)]
+        ("routed-ngram-k4-up-to-2", level, '{"speculate_up_to": 2}') for level in (1, 2, 4)
+    ]
     # The proxy sent light load to the ngram engine and the rest to the plain one.
     methods: dict[str, set[str]] = defaultdict(set)
     for log in (tmp_path / "data" / "sweeps").glob("*/sweep-routed-*.usage.jsonl"):

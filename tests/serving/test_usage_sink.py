@@ -22,13 +22,31 @@ T0 = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
 
 def make_event(n: int, **overrides) -> UsageEvent:
     fields = {
-        "event_id": f"event-{n}", "session_id": f"s{n % 3}", "team": "search", "cost_center": "cc-1",
-        "tags": {"env": "prod"}, "deployment": "smol", "replica": "r0", "model": "SmolLM2-135M-Instruct",
-        "endpoint": "completions", "streamed": n % 2 == 0, "spec_method": "ngram", "spec_k": 4,
-        "arrived_at": T0 + timedelta(seconds=n), "first_token_at": T0 + timedelta(seconds=n, microseconds=5),
-        "finished_at": T0 + timedelta(seconds=n + 1), "prompt_tokens": 10, "completion_tokens": n,
-        "num_drafts": 1, "draft_tokens": 4, "accepted_tokens": 3, "gpu_ns": 1_000_000_000 + n,
-        "concurrency": 2, "status": "ok", "http_status": 200}
+        "event_id": f"event-{n}",
+        "session_id": f"s{n % 3}",
+        "team": "search",
+        "cost_center": "cc-1",
+        "tags": {"env": "prod"},
+        "deployment": "smol",
+        "replica": "r0",
+        "model": "SmolLM2-135M-Instruct",
+        "endpoint": "completions",
+        "streamed": n % 2 == 0,
+        "spec_method": "ngram",
+        "spec_k": 4,
+        "arrived_at": T0 + timedelta(seconds=n),
+        "first_token_at": T0 + timedelta(seconds=n, microseconds=5),
+        "finished_at": T0 + timedelta(seconds=n + 1),
+        "prompt_tokens": 10,
+        "completion_tokens": n,
+        "num_drafts": 1,
+        "draft_tokens": 4,
+        "accepted_tokens": 3,
+        "gpu_ns": 1_000_000_000 + n,
+        "concurrency": 2,
+        "status": "ok",
+        "http_status": 200,
+    }
     fields.update(overrides)
     return UsageEvent(**fields)
 
@@ -46,8 +64,7 @@ def test_insert_usage_is_idempotent_on_event_id(engine):
         assert insert_usage(conn, [*events[3:], make_event(9)]) == 1
     assert count(engine) == 6
     with Session(engine) as session:
-        stored = session.scalars(select(UsageRecord).where(UsageRecord.event_id == "event-1")
-                                 ).one()
+        stored = session.scalars(select(UsageRecord).where(UsageRecord.event_id == "event-1")).one()
     assert stored.tags == {"env": "prod"}
     assert stored.first_token_at == T0 + timedelta(seconds=1, microseconds=5)
     assert stored.gpu_ns == 1_000_000_001
@@ -60,18 +77,29 @@ def test_sink_writes_batches_and_jsonl(engine, tmp_path: Path):
     for n in range(20):
         sink.submit(make_event(n))
     sink.submit(make_event(3))  # a retry of the same request
-    sink.submit(ReplicaIdleEvent(deployment="smol", replica="r0", start_at=T0,
-                                 end_at=T0 + timedelta(minutes=1), gpu_ns=42))
+    sink.submit(
+        ReplicaIdleEvent(
+            deployment="smol",
+            replica="r0",
+            start_at=T0,
+            end_at=T0 + timedelta(minutes=1),
+            gpu_ns=42,
+        )
+    )
     assert sink.flush(10)
     stats = sink.close()
-    assert (stats.inserted, stats.duplicates, stats.idle_rows, stats.jsonl_lines) == (
-        20, 1, 1, 22)
+    assert (stats.inserted, stats.duplicates, stats.idle_rows, stats.jsonl_lines) == (20, 1, 1, 22)
     assert count(engine) == 20
     assert count(engine, ReplicaIdle) == 1
     lines = log.read_text().splitlines()
-    assert json.loads(lines[-1]) == {"record": "replica_idle", "deployment": "smol",
-                                     "replica": "r0", "start_at": "2026-12-01T09:00:00.000000Z",
-                                     "end_at": "2026-12-01T09:01:00.000000Z", "gpu_ns": 42}
+    assert json.loads(lines[-1]) == {
+        "record": "replica_idle",
+        "deployment": "smol",
+        "replica": "r0",
+        "start_at": "2026-12-01T09:00:00.000000Z",
+        "end_at": "2026-12-01T09:01:00.000000Z",
+        "gpu_ns": 42,
+    }
     with pytest.raises(RuntimeError, match="closed"):
         sink.submit(make_event(99))
 
@@ -107,8 +135,12 @@ def test_sink_retries_while_the_database_is_down(engine):
 
 def test_records_the_database_never_took_are_spilled_and_loadable(engine, tmp_path: Path):
     spill = tmp_path / "spill.jsonl"
-    sink = UsageSink(engine=FlakyEngine(engine, failures=None), spill_path=spill,
-                     flush_interval_s=0.01, retry_max_s=0.02)
+    sink = UsageSink(
+        engine=FlakyEngine(engine, failures=None),
+        spill_path=spill,
+        flush_interval_s=0.01,
+        retry_max_s=0.02,
+    )
     sink.start()
     for n in range(3):
         sink.submit(make_event(n))
@@ -136,8 +168,7 @@ def test_a_refused_record_does_not_block_its_batch(engine, tmp_path: Path, monke
         sink.submit(event)
     stats = sink.close()
     assert (stats.inserted, stats.spilled) == (2, 1)
-    assert [json.loads(line)["event_id"] for line in spill.read_text().splitlines()] == [
-        "poison"]
+    assert [json.loads(line)["event_id"] for line in spill.read_text().splitlines()] == ["poison"]
 
 
 def test_sink_needs_somewhere_to_write():
