@@ -164,13 +164,11 @@ def export_reference_inputs(url: str, folder: Path) -> None:
             )
         ).all()
     engine.dispose()
-    to_ns = lambda d: (
-        int(d.replace(tzinfo=UTC).timestamp() * 1e9)
-        if isinstance(  # noqa: E731
-            d, datetime
-        )
-        else int(datetime.fromisoformat(d).replace(tzinfo=UTC).timestamp() * 1e9)
-    )
+
+    def to_ns(value: datetime | str) -> int:
+        instant = value if isinstance(value, datetime) else datetime.fromisoformat(value)
+        return int(instant.replace(tzinfo=UTC).timestamp() * 1e9)
+
     pq.write_table(
         pa.table(
             {
