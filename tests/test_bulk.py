@@ -28,7 +28,7 @@ _ROW = st.fixed_dictionaries(
         # hypothesis takes naive bounds and attaches the zone itself
         "at": st.none()
         | st.datetimes(
-            datetime(1900, 1, 1),
+            datetime(1900, 1, 1),  # noqa: DTZ001
             datetime(2200, 1, 1),  # noqa: DTZ001
             timezones=st.just(UTC),
         ),

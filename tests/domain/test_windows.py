@@ -122,7 +122,7 @@ def test_steps_and_buckets() -> None:
 # hypothesis wants naive bounds; the values it draws are aware (timezones=UTC)
 @given(
     st.datetimes(
-        min_value=datetime(2000, 1, 1),
+        min_value=datetime(2000, 1, 1),  # noqa: DTZ001
         max_value=datetime(2090, 1, 1),  # noqa: DTZ001
         timezones=st.just(UTC),
     ),
