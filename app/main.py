@@ -11,11 +11,11 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from app import __version__, migrate
 from app.allocation.router import router as allocation_router
+from app.auth.deps import get_principal
 from app.auth.router import router as auth_router
-from app.billing.router import router as billing_router
+from ingest.router import router as billing_router
 from app.db import make_engine
 from app.deployments.router import router as deployments_router
-from app.deps import get_principal
 from app.errors import install_error_handlers
 from app.ledger.router import router as ledger_router
 from app.ops import MetricsMiddleware, RequestMetrics

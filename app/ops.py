@@ -21,7 +21,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app import __version__, migrate
 from app.errors import ErrorBody, NotReady
-from app.schemas import Schema
+from app.kit.schemas import Schema
 
 router = APIRouter(tags=["operations"])
 

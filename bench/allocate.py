@@ -27,11 +27,11 @@ from sqlalchemy.orm import Session
 from app import migrate
 from app.allocation.service import run_allocation
 from app.allocation.windowing import Window
-from app.bulk import bulk_insert
 from app.catalog import instance_prices
 from app.db import make_engine
 from app.deployments.service import add_deployment, add_replica
 from app.domain.periods import month_bounds
+from app.kit.bulk import bulk_insert
 from bench.common import fresh_postgres
 from ingest.service import IngestOptions, ingest_billing
 from ingest.synth import SynthSpec, synth_rows, write_bill

@@ -20,8 +20,9 @@ from fastapi import APIRouter, Depends, HTTPException, Query, Request, Security
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.security import APIKeyCookie, APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 
+from app.auth.deps import team_scope
 from app.auth.service import authenticate
-from app.deps import EngineDep, SessionDep, team_scope
+from app.deps import EngineDep, SessionDep
 from app.domain.periods import month_bounds
 from app.errors import Unauthorized
 from dashboards import data, pages

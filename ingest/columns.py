@@ -16,8 +16,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from app.domain.focus import FocusColumn, Kind
 from ingest import cells
-from ingest.focus_schema import FocusColumn, Kind
 
 MICROS_TYPE = pa.int64()
 TIMESTAMP_TYPE = pa.timestamp("us", tz="UTC")

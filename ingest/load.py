@@ -13,10 +13,10 @@ import numpy as np
 import pyarrow as pa
 from sqlalchemy import Connection, delete, insert, select, update
 
-from app.bulk import bulk_insert, reserve_ids
+from app.domain.focus import ATTRIBUTE_COLUMNS, VALUE_COLUMNS
+from app.kit.bulk import bulk_insert, reserve_ids
 from app.models import BillingDelivery
 from app.models.billing import billing_row_attributes, billing_row_values
-from ingest.normalize import ATTRIBUTE_COLUMNS, VALUE_COLUMNS
 
 STORED_ATTRIBUTES = ("source_file", *ATTRIBUTE_COLUMNS)
 

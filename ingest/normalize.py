@@ -14,7 +14,16 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ingest import focus_schema
+from app.domain.focus import (
+    BY_LOWER_NAME,
+    BY_NAME,
+    MANDATORY,
+    NOT_NULL,
+    ROW_VALUE_FOCUS_COLUMNS,
+    TYPED_COLUMNS,
+    Kind,
+    detect_version,
+)
 from ingest.attributes import distinct_rows
 from ingest.columns import (
     ColumnResult,
@@ -24,75 +33,7 @@ from ingest.columns import (
     normalise_column,
 )
 from ingest.errors import IngestError, Problem
-from ingest.focus_schema import FocusColumn, Kind
 from ingest.readers import RawFile
-
-# FOCUS columns that have their own table column; every other FOCUS column goes to JSON.
-TYPED_COLUMNS: dict[str, str] = {
-    "BillingPeriodStart": "billing_period_start",
-    "BillingPeriodEnd": "billing_period_end",
-    "ChargePeriodStart": "charge_period_start",
-    "ChargePeriodEnd": "charge_period_end",
-    "BilledCost": "billed_cost_micros",
-    "EffectiveCost": "effective_cost_micros",
-    "ListCost": "list_cost_micros",
-    "ContractedCost": "contracted_cost_micros",
-    "BillingCurrency": "billing_currency",
-    "ChargeCategory": "charge_category",
-    "ChargeClass": "charge_class",
-    "ChargeFrequency": "charge_frequency",
-    "ChargeDescription": "charge_description",
-    "PricingCategory": "pricing_category",
-    "PricingQuantity": "pricing_quantity",
-    "PricingUnit": "pricing_unit",
-    "ConsumedQuantity": "consumed_quantity",
-    "ConsumedUnit": "consumed_unit",
-    "ProviderName": "provider_name",
-    "PublisherName": "publisher_name",
-    "InvoiceIssuerName": "invoice_issuer_name",
-    "BillingAccountId": "billing_account_id",
-    "BillingAccountName": "billing_account_name",
-    "SubAccountId": "sub_account_id",
-    "ServiceCategory": "service_category",
-    "ServiceName": "service_name",
-    "ResourceId": "resource_id",
-    "ResourceType": "resource_type",
-    "RegionId": "region_id",
-    "SkuId": "sku_id",
-    "Tags": "tags",
-}
-# Columns the spec says are never null; checked on the rows when the column is present.
-NOT_NULL = (
-    "BilledCost",
-    "EffectiveCost",
-    "ListCost",
-    "ContractedCost",
-    "BillingCurrency",
-    "BillingPeriodStart",
-    "BillingPeriodEnd",
-    "ChargePeriodStart",
-    "ChargePeriodEnd",
-    "ChargeCategory",
-)
-# FOCUS columns whose values change from row to row. Every other column (typed, other FOCUS
-# and provider ones) describes what the row is for; a file has few distinct combinations of
-# those, and each combination is normalised once.
-ROW_VALUE_FOCUS_COLUMNS = (
-    "ChargePeriodStart",
-    "ChargePeriodEnd",
-    "BilledCost",
-    "EffectiveCost",
-    "ListCost",
-    "ContractedCost",
-    "PricingQuantity",
-    "ConsumedQuantity",
-)
-VALUE_COLUMNS = ("source_row", *(TYPED_COLUMNS[name] for name in ROW_VALUE_FOCUS_COLUMNS))
-ATTRIBUTE_COLUMNS = (
-    *(db for focus, db in TYPED_COLUMNS.items() if focus not in ROW_VALUE_FOCUS_COLUMNS),
-    "focus_columns",
-    "provider_columns",
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,7 +75,7 @@ def normalise_file(
     if not count_header:
         out.repairs.clear()
         out.warnings.clear()
-    out.focus_version = options.focus_version or focus_schema.detect_version(set(focus))
+    out.focus_version = options.focus_version or detect_version(set(focus))
     _check_mandatory(raw.name, set(focus), out.focus_version, options)
 
     length = raw.table.num_rows
@@ -146,12 +87,12 @@ def normalise_file(
     weights = np.bincount(attribute_index, minlength=distinct.num_rows)
 
     values = {
-        name: normalise_column(focus_schema.BY_NAME[name], _array(raw.table, focus[name]))
+        name: normalise_column(BY_NAME[name], _array(raw.table, focus[name]))
         for name in value_names
     }
     attributes = {
         name: normalise_column(
-            focus_schema.BY_NAME[name],
+            BY_NAME[name],
             _array(distinct, focus[name]),
             tags=name == "Tags",
             weights=weights,
@@ -225,7 +166,7 @@ def _map_header(raw: RawFile, out: NormalisedFile) -> tuple[dict[str, str], list
     focus: dict[str, str] = {}
     provider: list[str] = []
     for name in raw.table.column_names:
-        column = focus_schema.BY_NAME.get(name) or focus_schema.BY_LOWER_NAME.get(name.lower())
+        column = BY_NAME.get(name) or BY_LOWER_NAME.get(name.lower())
         if column is None:
             provider.append(name)
             if not name.startswith("x_"):
@@ -251,7 +192,7 @@ def _map_header(raw: RawFile, out: NormalisedFile) -> tuple[dict[str, str], list
 
 
 def _check_mandatory(name: str, present: set[str], version: str, options: NormaliseOptions) -> None:
-    mandatory = set(focus_schema.MANDATORY[version])
+    mandatory = set(MANDATORY[version])
     if version == "1.3" and "ProviderName" in present:
         mandatory -= {"ServiceProviderName"}  # the deprecated 1.2 name still serves
     missing = sorted(mandatory - present)
@@ -350,7 +291,7 @@ def _attribute_table(
     if "ProviderName" not in results and "ServiceProviderName" in results:
         columns["provider_name"] = results["ServiceProviderName"].values
     extra = [
-        (name, json_fragments(focus_schema.BY_NAME[name].kind, result.values))
+        (name, json_fragments(BY_NAME[name].kind, result.values))
         for name, result in results.items()
         if name not in TYPED_COLUMNS
     ]
@@ -364,7 +305,7 @@ def _attribute_table(
 def _typed(focus_name: str, results: dict[str, ColumnResult], length: int) -> pa.Array:
     if focus_name in results:
         return results[focus_name].values
-    return pa.nulls(length, _null_type(focus_schema.BY_NAME[focus_name].kind))
+    return pa.nulls(length, _null_type(BY_NAME[focus_name].kind))
 
 
 def _null_type(kind: Kind) -> pa.DataType:
@@ -373,7 +314,3 @@ def _null_type(kind: Kind) -> pa.DataType:
     if kind is Kind.datetime:
         return pa.timestamp("us", tz="UTC")
     return pa.string()
-
-
-def column_of(name: str) -> FocusColumn:
-    return focus_schema.BY_NAME[name]

@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from sqlalchemy import Connection, Engine
 
-from ingest import focus_schema
+from app.domain import focus
 from ingest.columns import normalise_column
 from ingest.errors import IngestError, Problem
 from ingest.load import (
@@ -217,7 +217,7 @@ def _period_starts(raw: RawFile) -> list[datetime]:
     if name is None:
         return []
     starts = normalise_column(
-        focus_schema.BY_NAME["BillingPeriodStart"], raw.table.column(name).combine_chunks()
+        focus.BY_NAME["BillingPeriodStart"], raw.table.column(name).combine_chunks()
     ).values
     return sorted(pc.unique(pc.drop_null(starts)).to_pylist())
 

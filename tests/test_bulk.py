@@ -13,9 +13,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import Engine
 
-from app import pg_copy_binary
-from app.bulk import bulk_insert
 from app.db import UTCDateTime
+from app.kit import pg_copy_binary
+from app.kit.bulk import bulk_insert
 
 _TEXT = st.text(
     st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=40

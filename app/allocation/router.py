@@ -14,13 +14,14 @@ from app.allocation.schemas import (
     AllocationRunRead,
 )
 from app.allocation.windowing import Window
-from app.deps import AdminDep, EngineDep, PrincipalDep, SessionDep, SettingsDep, team_scope
+from app.auth.deps import AdminDep, PrincipalDep, team_scope
+from app.deps import EngineDep, SessionDep, SettingsDep
 from app.domain.periods import month_bounds
 from app.domain.windows import Step
 from app.errors import RESPONSES_READ, ClosedMonth, ErrorBody, InvalidParameter
-from app.params import PageDep, WindowDep, parse_dimensions
-from app.responses import Format, csv_download
-from app.schemas import WindowRead, money
+from app.kit.http_params import PageDep, WindowDep, parse_dimensions
+from app.kit.responses import Format, csv_download
+from app.kit.schemas import WindowRead, money
 
 router = APIRouter(prefix="/allocation", tags=["allocation"])
 

@@ -7,7 +7,7 @@ from pydantic import AwareDatetime, Field, model_validator
 
 from app.allocation.query import AllocationLine, CostMetric, IdlePolicy
 from app.domain.windows import Step
-from app.schemas import Amount, PageMeta, Schema, WindowRead, money
+from app.kit.schemas import Amount, PageMeta, Schema, WindowRead, money
 
 
 class AllocationItem(Schema):

@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 from app.allocation.repository import RowRecord
 from app.allocation.restatement import restatement_adjustments
 from app.allocation.windowing import Computed, Window, compute_window
-from app.bulk import bulk_insert
+from app.kit.bulk import bulk_insert
 from app.models import AllocationRun, LedgerClosure, LedgerEntry
 
 ADHOC = "adhoc"

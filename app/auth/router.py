@@ -2,9 +2,9 @@
 
 from fastapi import APIRouter
 
-from app.deps import PrincipalDep
+from app.auth.deps import PrincipalDep
 from app.errors import RESPONSES_READ
-from app.schemas import Schema
+from app.kit.schemas import Schema
 
 router = APIRouter(tags=["auth"])
 

@@ -2,10 +2,11 @@
 
 from fastapi import APIRouter
 
+from app.auth.deps import AdminDep, PrincipalDep
 from app.auth.service import Principal
 from app.deployments import service
 from app.deployments.schemas import DeploymentCreate, DeploymentRead, ReplicaCreate, ReplicaRead
-from app.deps import AdminDep, PrincipalDep, SessionDep
+from app.deps import SessionDep
 from app.errors import RESPONSES_READ, Conflict, ErrorBody, NotFound
 from app.models import Deployment, Replica
 

@@ -5,7 +5,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from app.schemas import Schema
+from app.kit.schemas import Schema
 
 
 class ReplicaRead(Schema):

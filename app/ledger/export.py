@@ -15,11 +15,11 @@ from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
 from app.domain.allocation import split_by_weight
+from app.domain.focus import TYPED_COLUMNS
 from app.domain.money import micros_to_decimal
 from app.domain.periods import month_bounds
 from app.ledger.costs import CostLine
 from app.models import AllocationRun, BillingRow, LedgerEntry
-from ingest.normalize import TYPED_COLUMNS
 
 MONEY = pa.decimal128(38, 6)
 FOCUS_OF_DB = {db: focus for focus, db in TYPED_COLUMNS.items()}

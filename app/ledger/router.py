@@ -5,9 +5,12 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query
 from fastapi.responses import Response
 
-from app.deps import AdminDep, EngineDep, PrincipalDep, team_scope
+from app.auth.deps import AdminDep, PrincipalDep, team_scope
+from app.deps import EngineDep
 from app.domain.periods import month_bounds
 from app.errors import RESPONSES_READ, Conflict, ErrorBody
+from app.kit.http_params import MonthDep, PageDep, parse_dimensions
+from app.kit.responses import Format, csv_download, download
 from app.ledger import downloads
 from app.ledger.costs import unit_costs
 from app.ledger.reconcile import reconcile
@@ -19,8 +22,6 @@ from app.ledger.schemas import (
     ReconciliationRead,
 )
 from app.ledger.service import CloseError, close_month, closed_months
-from app.params import MonthDep, PageDep, parse_dimensions
-from app.responses import Format, csv_download, download
 
 router = APIRouter(tags=["ledger"])
 

@@ -5,7 +5,7 @@ from typing import Any, Self
 
 from pydantic import ConfigDict, Field
 
-from app.schemas import Amount, PageMeta, Schema
+from app.kit.schemas import Amount, PageMeta, Schema
 
 _MONEY_FIELDS = (
     "effective_cost",

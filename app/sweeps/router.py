@@ -5,7 +5,8 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
 
-from app.deps import PrincipalDep, SessionDep
+from app.auth.deps import PrincipalDep
+from app.deps import SessionDep
 from app.errors import RESPONSES_READ, ErrorBody, InvalidParameter, NotFound, Unprocessable
 from app.sweeps import service
 from app.sweeps.schemas import (

@@ -5,7 +5,7 @@ from typing import Any
 
 from pydantic import ConfigDict
 
-from app.schemas import Schema
+from app.kit.schemas import Schema
 
 
 class SweepRead(Schema):

@@ -4,10 +4,11 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from app.deps import AdminDep, PrincipalDep, SessionDep, team_scope
+from app.auth.deps import AdminDep, PrincipalDep, team_scope
+from app.deps import SessionDep
 from app.errors import RESPONSES_READ, ErrorBody, NotFound
-from app.params import PageDep, WindowDep
-from app.schemas import WindowRead, money
+from app.kit.http_params import PageDep, WindowDep
+from app.kit.schemas import WindowRead, money
 from app.usage import service
 from app.usage.schemas import (
     RequestRead,

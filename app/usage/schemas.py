@@ -5,7 +5,7 @@ from typing import Literal, Self
 
 from pydantic import AwareDatetime, Field, model_validator
 
-from app.schemas import Amount, PageMeta, Schema, WindowRead
+from app.kit.schemas import Amount, PageMeta, Schema, WindowRead
 
 MAX_BATCH = 5000
 

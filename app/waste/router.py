@@ -4,11 +4,12 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from app.deps import NowDep, PrincipalDep, SessionDep, SettingsDep, team_scope
+from app.auth.deps import PrincipalDep, team_scope
+from app.deps import NowDep, SessionDep, SettingsDep
 from app.domain.waste import Thresholds, monthly_total
 from app.errors import RESPONSES_READ
-from app.params import WindowDep
-from app.schemas import WindowRead, money
+from app.kit.http_params import WindowDep
+from app.kit.schemas import WindowRead, money
 from app.waste import service
 from app.waste.schemas import FindingRead, WasteRead
 

@@ -1,7 +1,7 @@
 """Wire schemas of waste findings."""
 
 from app.domain.waste import FindingKind, Scope
-from app.schemas import Amount, Schema, WindowRead
+from app.kit.schemas import Amount, Schema, WindowRead
 
 
 class FindingRead(Schema):

@@ -6,9 +6,9 @@ import pyarrow as pa
 from hypothesis import given
 from hypothesis import strategies as st
 
+from app.domain.focus import BY_NAME
 from ingest import cells
 from ingest.columns import normalise_column
-from ingest.focus_schema import BY_NAME
 
 _AMOUNT = st.decimals(
     min_value=Decimal("-9e12"),

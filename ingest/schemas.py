@@ -4,7 +4,7 @@ from typing import Any, Literal
 
 from pydantic import ConfigDict, Field
 
-from app.schemas import Schema
+from app.kit.schemas import Schema
 
 
 class BillingIngestCreate(Schema):

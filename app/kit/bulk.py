@@ -16,7 +16,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 from sqlalchemy import Connection
 
-from app import pg_copy_binary as pg_binary
+from app.kit import pg_copy_binary as pg_binary
 
 _BATCH_ROWS = 50_000
 

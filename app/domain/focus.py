@@ -1,4 +1,5 @@
-"""The FOCUS Cost and Usage columns that ingest knows, by version, with their data kinds.
+"""The FOCUS vocabulary: the Cost and Usage columns ingest knows, by version, with their data
+kinds, and how they map to the stored billing columns.
 
 Source: the FOCUS specification's column tables for 1.0, 1.1, 1.2 and 1.3
 (see ../shared/reference/focus.md, section 1.2).
@@ -170,3 +171,71 @@ def detect_version(names: set[str]) -> str:
     """The lowest FOCUS version that defines every FOCUS column present."""
     present = [BY_NAME[n].since for n in names if n in BY_NAME]
     return max(present, default="1.0")
+
+
+# FOCUS columns that have their own table column; every other FOCUS column goes to JSON.
+TYPED_COLUMNS: dict[str, str] = {
+    "BillingPeriodStart": "billing_period_start",
+    "BillingPeriodEnd": "billing_period_end",
+    "ChargePeriodStart": "charge_period_start",
+    "ChargePeriodEnd": "charge_period_end",
+    "BilledCost": "billed_cost_micros",
+    "EffectiveCost": "effective_cost_micros",
+    "ListCost": "list_cost_micros",
+    "ContractedCost": "contracted_cost_micros",
+    "BillingCurrency": "billing_currency",
+    "ChargeCategory": "charge_category",
+    "ChargeClass": "charge_class",
+    "ChargeFrequency": "charge_frequency",
+    "ChargeDescription": "charge_description",
+    "PricingCategory": "pricing_category",
+    "PricingQuantity": "pricing_quantity",
+    "PricingUnit": "pricing_unit",
+    "ConsumedQuantity": "consumed_quantity",
+    "ConsumedUnit": "consumed_unit",
+    "ProviderName": "provider_name",
+    "PublisherName": "publisher_name",
+    "InvoiceIssuerName": "invoice_issuer_name",
+    "BillingAccountId": "billing_account_id",
+    "BillingAccountName": "billing_account_name",
+    "SubAccountId": "sub_account_id",
+    "ServiceCategory": "service_category",
+    "ServiceName": "service_name",
+    "ResourceId": "resource_id",
+    "ResourceType": "resource_type",
+    "RegionId": "region_id",
+    "SkuId": "sku_id",
+    "Tags": "tags",
+}
+# Columns the spec says are never null; checked on the rows when the column is present.
+NOT_NULL = (
+    "BilledCost",
+    "EffectiveCost",
+    "ListCost",
+    "ContractedCost",
+    "BillingCurrency",
+    "BillingPeriodStart",
+    "BillingPeriodEnd",
+    "ChargePeriodStart",
+    "ChargePeriodEnd",
+    "ChargeCategory",
+)
+# FOCUS columns whose values change from row to row. Every other column (typed, other FOCUS
+# and provider ones) describes what the row is for; a file has few distinct combinations of
+# those, and each combination is normalised once.
+ROW_VALUE_FOCUS_COLUMNS = (
+    "ChargePeriodStart",
+    "ChargePeriodEnd",
+    "BilledCost",
+    "EffectiveCost",
+    "ListCost",
+    "ContractedCost",
+    "PricingQuantity",
+    "ConsumedQuantity",
+)
+VALUE_COLUMNS = ("source_row", *(TYPED_COLUMNS[name] for name in ROW_VALUE_FOCUS_COLUMNS))
+ATTRIBUTE_COLUMNS = (
+    *(db for focus, db in TYPED_COLUMNS.items() if focus not in ROW_VALUE_FOCUS_COLUMNS),
+    "focus_columns",
+    "provider_columns",
+)

@@ -2,8 +2,9 @@
 
 from fastapi import APIRouter
 
-from app.billing.schemas import BillingIngestCreate, BillingIngestRead
-from app.deps import AdminDep, EngineDep, SettingsDep
+from app.auth.deps import AdminDep
+from ingest.schemas import BillingIngestCreate, BillingIngestRead
+from app.deps import EngineDep, SettingsDep
 from app.errors import RESPONSES_READ, FieldError, InvalidBillingInput
 from ingest.errors import IngestError
 from ingest.normalize import NormaliseOptions

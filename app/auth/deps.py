@@ -1,0 +1,70 @@
+"""Request dependencies for the caller's key: who is calling, and what they may see."""
+
+from typing import Annotated
+
+from fastapi import Depends, Security
+from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
+
+from app.auth.service import Principal, authenticate
+from app.deps import SessionDep
+from app.errors import Forbidden, Unauthorized
+
+_bearer = HTTPBearer(auto_error=False, description="An API key: `Authorization: Bearer slk_...`")
+_header = APIKeyHeader(
+    name="X-API-Key",
+    auto_error=False,
+    description="An API key, as an alternative to the bearer header.",
+)
+
+
+def get_principal(
+    session: SessionDep,
+    bearer: Annotated[HTTPAuthorizationCredentials | None, Security(_bearer)],
+    header: Annotated[str | None, Security(_header)],
+) -> Principal:
+    """The caller, from ``Authorization: Bearer <key>`` or ``X-API-Key: <key>``.
+
+    Raises:
+        Unauthorized: If no key was sent, or the key is unknown or revoked.
+    """
+    secret = bearer.credentials if bearer is not None else header
+    if not secret:
+        raise Unauthorized(
+            "missing API key: send `Authorization: Bearer <key>` (create keys "
+            "with `specledger keys create`)"
+        )
+    principal = authenticate(session, secret.strip())
+    if principal is None:
+        raise Unauthorized("invalid or revoked API key")
+    return principal
+
+
+PrincipalDep = Annotated[Principal, Depends(get_principal)]
+
+
+def require_admin(principal: PrincipalDep) -> Principal:
+    """The caller, who must hold an admin key.
+
+    Raises:
+        Forbidden: For a team key.
+    """
+    if not principal.is_admin:
+        raise Forbidden("this endpoint needs an admin key")
+    return principal
+
+
+AdminDep = Annotated[Principal, Depends(require_admin)]
+
+
+def team_scope(principal: Principal, requested: str | None) -> str | None:
+    """The team whose rows a request may see: a team key's own team always; for an admin,
+    the team asked for, or None (every team).
+
+    Raises:
+        Forbidden: If a team key asks for another team.
+    """
+    if principal.is_admin:
+        return requested
+    if requested is not None and requested != principal.team:
+        raise Forbidden("a team key can only read its own team's data")
+    return principal.team
