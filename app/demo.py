@@ -33,9 +33,9 @@ from app.models import Deployment
 from app.settings import Settings
 from ingest.service import IngestOptions, ingest_billing
 from ingest.synth import SynthSpec, synth_rows, write_bill
-from serving import launcher
-from serving.engine_config import EngineConfig, NgramSpeculation
-from serving.model_prep import prepare_models, target_dir
+from serving.engine import launcher
+from serving.engine.config import EngineConfig, NgramSpeculation
+from serving.engine.model_prep import prepare_models, target_dir
 
 DEPLOYMENT = "demo-smollm2"
 INSTANCE = "g5.12xlarge"

@@ -13,7 +13,6 @@ from app import __version__, migrate
 from app.allocation.router import router as allocation_router
 from app.auth.deps import get_principal
 from app.auth.router import router as auth_router
-from ingest.router import router as billing_router
 from app.db import make_engine
 from app.deployments.router import router as deployments_router
 from app.errors import install_error_handlers
@@ -26,6 +25,7 @@ from app.sweeps.router import tiers_router
 from app.usage.router import router as usage_router
 from app.waste.router import router as waste_router
 from dashboards.router import router as dashboards_router
+from ingest.router import router as billing_router
 
 API_PREFIX = "/v1"
 

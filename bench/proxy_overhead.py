@@ -26,9 +26,9 @@ from pathlib import Path
 import httpx
 
 from app import migrate
-from serving import launcher
-from serving.engine_config import EngineConfig, NgramSpeculation
-from serving.model_prep import DEFAULT_CACHE_DIR, target_dir
+from serving.engine import launcher
+from serving.engine.config import EngineConfig, NgramSpeculation
+from serving.engine.model_prep import DEFAULT_CACHE_DIR, target_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 PROMPTS = [
@@ -45,7 +45,7 @@ PROMPTS = [
 PROXY_MAIN = """
 import sys, uvicorn
 from pathlib import Path
-from serving.proxy import ProxyConfig, ReplicaSpec, create_proxy_app
+from serving.proxy.app import ProxyConfig, ReplicaSpec, create_proxy_app
 replica = ReplicaSpec.model_validate_json(sys.argv[1])
 config = ProxyConfig(replicas=(replica,), database_url=sys.argv[2])
 uvicorn.run(create_proxy_app(config), host="127.0.0.1", port=int(sys.argv[3]),

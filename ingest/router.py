@@ -3,11 +3,11 @@
 from fastapi import APIRouter
 
 from app.auth.deps import AdminDep
-from ingest.schemas import BillingIngestCreate, BillingIngestRead
 from app.deps import EngineDep, SettingsDep
 from app.errors import RESPONSES_READ, FieldError, InvalidBillingInput
 from ingest.errors import IngestError
 from ingest.normalize import NormaliseOptions
+from ingest.schemas import BillingIngestCreate, BillingIngestRead
 from ingest.service import IngestOptions, ingest_billing
 
 router = APIRouter(prefix="/billing", tags=["billing"])

@@ -19,9 +19,10 @@ from typing import IO, Any
 
 from sqlalchemy import Engine
 
+from app.domain.usage import ReplicaIdleEvent, UsageEvent
+from app.usage.repository import insert_idle, insert_usage
+from app.usage.schemas import record_from_json
 from ingest.errors import IngestError, Problem
-from serving.metering import ReplicaIdleEvent, UsageEvent, record_from_json
-from serving.usage_sink import insert_idle, insert_usage
 
 __all__ = ["UsageInputError", "UsageLoadReport", "load_usage", "read_usage_file"]
 

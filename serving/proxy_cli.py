@@ -13,8 +13,8 @@ import typer
 from pydantic import ValidationError
 from rich.console import Console
 
-from serving.engine_config import DEFAULT_ENGINES_DIR, engine_config_path, load_engine_config
-from serving.proxy import ProxyConfig, ReplicaSpec, create_proxy_app
+from serving.engine.config import DEFAULT_ENGINES_DIR, engine_config_path, load_engine_config
+from serving.proxy.app import ProxyConfig, ReplicaSpec, create_proxy_app
 
 _err = Console(stderr=True)
 

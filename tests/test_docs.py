@@ -20,8 +20,8 @@ def test_the_readme_prototype_engine_config_is_valid() -> None:
     import json
     import re
 
-    from serving import launcher
-    from serving.engine_config import EngineConfig
+    from serving.engine import launcher
+    from serving.engine.config import EngineConfig
 
     readme = (ROOT / "README.md").read_text()
     block = re.search(r"```json\n(.*?)```", readme[readme.index("prototype") :], re.S)

@@ -23,7 +23,7 @@ from app.domain.breakeven_report import BreakevenFit, breakeven_fit_as_dict, fit
 from app.domain.breakeven_sweep import InvalidSweep, SweepPoint
 from app.domain.errors import InvalidInput
 from app.domain.schedule_check import ScheduleCheck, check_schedules, schedule_check_as_dict
-from serving.engine_config import (
+from serving.engine.config import (
     BatchSizeBand,
     EngineConfig,
     NgramSpeculation,

@@ -18,7 +18,6 @@ from app.usage.schemas import (
     UsageBatch,
     UsageBatchResult,
 )
-from serving.metering import UsageEvent
 
 router = APIRouter(tags=["usage"])
 
@@ -27,7 +26,7 @@ router = APIRouter(tags=["usage"])
 def post_usage_events(body: UsageBatch, session: SessionDep, _admin: AdminDep) -> UsageBatchResult:
     """Store a batch of usage events; events whose event_id is already stored are skipped,
     so retrying a batch is safe (admin)."""
-    events = [UsageEvent(**event.model_dump()) for event in body.events]
+    events = [event.to_event() for event in body.events]
     inserted = service.ingest_events(session, events)
     return UsageBatchResult(
         received=len(events), inserted=inserted, duplicates=len(events) - inserted

@@ -1,45 +1,55 @@
-"""Wire schemas of usage ingestion and sessions."""
+"""Wire schemas of usage and sessions. :class:`UsageEventIn` and :class:`ReplicaIdleIn` are
+the one validation of a usage record, for the HTTP route and for the proxy's JSONL log."""
 
-from datetime import datetime
-from typing import Literal, Self
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal, Self
 
-from pydantic import AwareDatetime, Field, model_validator
+from pydantic import AwareDatetime, Field, ValidationError, model_validator
 
+from app.domain.usage import MODEL_MAX, SESSION_ID_MAX, ReplicaIdleEvent, UsageEvent
 from app.kit.schemas import Amount, PageMeta, Schema, WindowRead
 
 MAX_BATCH = 5000
 
+NAME_MAX = 128
+"""Longest deployment or replica name."""
+
 
 class UsageEventIn(Schema):
-    """One request, as the metering proxy records it (``usage_records``)."""
+    """One request, as the metering proxy records it (``usage_records``).
 
-    event_id: str = Field(min_length=1, max_length=64)
+    Numbers, booleans and strings are strict (``"5"`` is not an integer, ``"yes"`` not a
+    boolean): a record is a machine's output, and a coerced value would hide a bug there."""
+
+    record: Literal["usage"] = "usage"
+    """The JSONL log's record type; optional."""
+    event_id: str = Field(strict=True, min_length=1, max_length=64)
     """Idempotency key: an event id already stored is skipped."""
-    session_id: str = Field(min_length=1, max_length=128)
-    team: str | None = Field(None, min_length=1, max_length=128)
-    cost_center: str | None = Field(None, min_length=1, max_length=128)
-    tags: dict[str, str] = Field(default_factory=dict, max_length=64)
-    deployment: str = Field(min_length=1, max_length=128)
-    replica: str = Field(min_length=1, max_length=128)
-    model: str = Field(min_length=1, max_length=256)
-    endpoint: str = Field("completions", min_length=1, max_length=32)
-    streamed: bool = False
-    spec_method: str = Field("none", min_length=1, max_length=32)
-    spec_k: int | None = Field(None, ge=0, le=64)
+    session_id: str = Field(strict=True, min_length=1, max_length=SESSION_ID_MAX)
+    team: str | None = Field(None, strict=True, min_length=1, max_length=SESSION_ID_MAX)
+    cost_center: str | None = Field(None, strict=True, min_length=1, max_length=SESSION_ID_MAX)
+    tags: dict[str, Annotated[str, Field(strict=True)]] = Field(default_factory=dict, max_length=64)
+    deployment: str = Field(strict=True, min_length=1, max_length=NAME_MAX)
+    replica: str = Field(strict=True, min_length=1, max_length=NAME_MAX)
+    model: str = Field(strict=True, min_length=1, max_length=MODEL_MAX)
+    endpoint: str = Field("completions", strict=True, min_length=1, max_length=32)
+    streamed: bool = Field(False, strict=True)
+    spec_method: str = Field("none", strict=True, min_length=1, max_length=32)
+    spec_k: int | None = Field(None, strict=True, ge=0, le=64)
     arrived_at: AwareDatetime
     first_token_at: AwareDatetime | None = None
     finished_at: AwareDatetime
-    prompt_tokens: int = Field(0, ge=0)
-    cached_tokens: int = Field(0, ge=0)
-    completion_tokens: int = Field(0, ge=0)
-    num_drafts: int = Field(0, ge=0)
-    draft_tokens: int = Field(0, ge=0)
-    accepted_tokens: int = Field(0, ge=0)
-    gpu_ns: int = Field(0, ge=0, le=2**62)
-    concurrency: int = Field(1, ge=1)
+    prompt_tokens: int = Field(0, strict=True, ge=0)
+    cached_tokens: int = Field(0, strict=True, ge=0)
+    completion_tokens: int = Field(0, strict=True, ge=0)
+    num_drafts: int = Field(0, strict=True, ge=0)
+    draft_tokens: int = Field(0, strict=True, ge=0)
+    accepted_tokens: int = Field(0, strict=True, ge=0)
+    gpu_ns: int = Field(0, strict=True, ge=0, le=2**62)
+    concurrency: int = Field(1, strict=True, ge=1)
     status: Literal["ok", "error", "cancelled"] = "ok"
-    http_status: int | None = Field(None, ge=100, le=599)
-    error: str | None = Field(None, max_length=4000)
+    http_status: int | None = Field(None, strict=True, ge=100, le=599)
+    error: str | None = Field(None, strict=True, max_length=4000)
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:
@@ -48,6 +58,73 @@ class UsageEventIn(Schema):
         if self.accepted_tokens > self.draft_tokens:
             raise ValueError("accepted_tokens exceeds draft_tokens")
         return self
+
+    def to_event(self) -> UsageEvent:
+        """The domain record, instants in UTC."""
+        fields = self.model_dump(exclude={"record"})
+        for name in ("arrived_at", "first_token_at", "finished_at"):
+            if fields[name] is not None:
+                fields[name] = fields[name].astimezone(UTC)
+        return UsageEvent(**fields)
+
+
+class ReplicaIdleIn(Schema):
+    """GPU time of a replica with no request in flight (``replica_idle``)."""
+
+    record: Literal["replica_idle"]
+    deployment: str = Field(strict=True, min_length=1, max_length=NAME_MAX)
+    replica: str = Field(strict=True, min_length=1, max_length=NAME_MAX)
+    start_at: AwareDatetime
+    end_at: AwareDatetime
+    gpu_ns: int = Field(strict=True, ge=0, le=2**62)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Self:
+        if self.end_at < self.start_at:
+            raise ValueError("end_at is before start_at")
+        return self
+
+    def to_event(self) -> ReplicaIdleEvent:
+        return ReplicaIdleEvent(
+            deployment=self.deployment,
+            replica=self.replica,
+            start_at=self.start_at.astimezone(UTC),
+            end_at=self.end_at.astimezone(UTC),
+            gpu_ns=self.gpu_ns,
+        )
+
+
+def record_from_json(obj: Any) -> UsageEvent | ReplicaIdleEvent:
+    """Decode one JSONL line's object: a usage record (``"record": "usage"``, the default)
+    or an idle record (``"record": "replica_idle"``).
+
+    Raises:
+        ValueError: If the object is not a valid record; the message names the first bad field.
+    """
+    if not isinstance(obj, dict):
+        raise ValueError(f"expected a JSON object, got {type(obj).__name__}")
+    kind = obj.get("record", "usage")
+    schema: type[UsageEventIn] | type[ReplicaIdleIn]
+    if kind == "usage":
+        schema = UsageEventIn
+    elif kind == "replica_idle":
+        schema = ReplicaIdleIn
+    else:
+        raise ValueError(f"unknown record type {kind!r} (expected usage or replica_idle)")
+    try:
+        return schema.model_validate(obj).to_event()
+    except ValidationError as exc:
+        raise ValueError(first_error(exc)) from None
+
+
+def first_error(exc: ValidationError) -> str:
+    """The first problem of a validation error, naming its field."""
+    error = exc.errors(include_url=False)[0]
+    where = ".".join(str(part) for part in error["loc"])
+    message = error["msg"]
+    if error["type"] == "missing":
+        return f"field {where!r} is missing"
+    return f"field {where!r}: {message}" if where else message
 
 
 class UsageBatch(Schema):

@@ -14,10 +14,10 @@ from sqlalchemy import ColumnElement, func, select
 from sqlalchemy.orm import Session
 
 from app.domain.sessions import union_length
+from app.domain.usage import UsageEvent
 from app.domain.windows import TimeWindow
 from app.models import AllocationRun, LedgerEntry, UsageRecord
-from serving.metering import UsageEvent
-from serving.usage_sink import insert_usage
+from app.usage.repository import insert_usage
 
 
 def ingest_events(session: Session, events: Sequence[UsageEvent]) -> int:

@@ -10,8 +10,8 @@ from typer.testing import CliRunner
 
 from app.cli import app
 from app.models import Deployment
-from serving import launcher
-from serving.engine_config import (
+from serving.engine import launcher
+from serving.engine.config import (
     DraftModelSpeculation,
     EngineConfig,
     NgramSpeculation,
@@ -175,7 +175,7 @@ def test_min_k_keeps_the_drafter_drafting_where_the_fit_says_k0(
 
 def test_raise_bands_merges_equal_neighbours() -> None:
     from app.breakeven.service import raise_bands
-    from serving.engine_config import BatchSizeBand
+    from serving.engine.config import BatchSizeBand
 
     bands = [
         BatchSizeBand(start=1, end=8, k=4),

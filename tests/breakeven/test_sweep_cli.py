@@ -11,10 +11,10 @@ from typer.testing import CliRunner
 from app.breakeven.sweep_file import read_sweep_file
 from app.cli import app
 from app.models import Sweep, SweepPointRecord
-from serving import sweep as sweep_module
-from serving.engine_config import EngineConfig
-from serving.proxy import ProxyConfig, ReplicaSpec, create_proxy_app
-from serving.sweep import SweepError, SweepTarget, engine_for_method, sweep_target
+from serving.engine.config import EngineConfig
+from serving.load import sweep as sweep_module
+from serving.load.sweep import SweepError, SweepTarget, engine_for_method, sweep_target
+from serving.proxy.app import ProxyConfig, ReplicaSpec, create_proxy_app
 from tests.serving.fake_vllm import FakeVllm
 from tests.serving.proxy_helpers import serve
 

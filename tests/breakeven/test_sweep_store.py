@@ -11,9 +11,9 @@ from app.breakeven import repository, service
 from app.breakeven.sweep_file import SweepRow, read_sweep_file, write_sweep_file
 from app.cli_sweep import row_of
 from app.domain.breakeven import baseline_tokens_per_s, speculative_tokens_per_s
-from serving.engine_config import BatchSizeBand, EngineConfig, NgramSpeculation
-from serving.loadgen import LevelStats
-from serving.sweep import SweepTarget, target_for_engine
+from serving.engine.config import BatchSizeBand, EngineConfig, NgramSpeculation
+from serving.load.loadgen import LevelStats
+from serving.load.sweep import SweepTarget, target_for_engine
 from tests.breakeven.helpers import CPU_STEP, NGRAM
 
 NONE = SweepTarget(name="none", method="none", k=0)

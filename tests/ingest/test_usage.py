@@ -9,11 +9,11 @@ import typer
 from sqlalchemy import func, select
 from typer.testing import CliRunner
 
+from app.domain.usage import ReplicaIdleEvent
 from app.models import ReplicaIdle, UsageRecord
 from ingest.usage import UsageInputError, load_usage
 from ingest.usage_cli import register
-from serving.metering import ReplicaIdleEvent
-from serving.usage_sink import write_jsonl
+from serving.proxy.sink import write_jsonl
 from tests.serving.test_usage_sink import T0, make_event
 
 runner = CliRunner()
@@ -75,8 +75,8 @@ def test_a_bad_line_rejects_the_input_naming_file_and_line(engine, tmp_path: Pat
     message = str(caught.value)
     assert message.startswith("usage input rejected, nothing was written:")
     assert f"{path}, line 2: Expecting property name" in message
-    assert f"{path}, line 3: field 'gpu_ns' must be a non-negative integer" in message
-    assert f"{path}, line 4: field 'arrived_at' has no UTC offset" in message
+    assert f"{path}, line 3: field 'gpu_ns': Input should be a valid integer" in message
+    assert f"{path}, line 4: field 'arrived_at': Input should have timezone info" in message
     assert _counts(engine) == (0, 0)
 
 

@@ -9,9 +9,9 @@ import httpx
 import pytest
 from rich.console import Console
 
-from serving import launcher
-from serving.engine_config import EngineConfig, NgramSpeculation
-from serving.model_prep import DEFAULT_CACHE_DIR, PreparedModels, prepare_models
+from serving.engine import launcher
+from serving.engine.config import EngineConfig, NgramSpeculation
+from serving.engine.model_prep import DEFAULT_CACHE_DIR, PreparedModels, prepare_models
 
 ROOT = Path(__file__).resolve().parents[2]
 VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
@@ -21,7 +21,7 @@ pytestmark = [
     pytest.mark.xdist_group("vllm"),  # one engine at a time on a small machine
     pytest.mark.skipif(
         not VLLM_PYTHON.exists(),
-        reason=f"no vLLM venv at {VLLM_PYTHON.parent.parent}; run serving/install_vllm_cpu.sh",
+        reason=f"no vLLM venv at {VLLM_PYTHON.parent.parent}; run scripts/install_vllm_cpu.sh",
     ),
 ]
 

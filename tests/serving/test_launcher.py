@@ -9,9 +9,9 @@ import pytest
 from pydantic import ValidationError
 from typer.testing import CliRunner
 
-from serving import launcher
 from serving.cli import engine_app, models_app
-from serving.engine_config import (
+from serving.engine import launcher
+from serving.engine.config import (
     BatchSizeBand,
     DraftModelSpeculation,
     EngineConfig,
@@ -20,7 +20,7 @@ from serving.engine_config import (
     load_engine_config,
     save_engine_config,
 )
-from serving.model_prep import draft_dir, prepare_models, target_dir
+from serving.engine.model_prep import draft_dir, prepare_models, target_dir
 
 MODEL = "/models/SmolLM2-135M-Instruct"
 

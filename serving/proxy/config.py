@@ -8,7 +8,7 @@ from typing import Annotated
 import httpx
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
 
-from serving.engine_config import EngineConfig, OtherSpeculation
+from serving.engine.config import EngineConfig, OtherSpeculation
 
 __all__ = ["ProxyConfig", "ReplicaSpec"]
 
