@@ -1,4 +1,4 @@
-"""Breakeven use cases: fit a sweep file, store measured sweeps, apply a fitted schedule.
+"""Breakeven use cases: fit a sweep file, store measured sweeps, read a fitted schedule.
 
 Orchestration only: the sweep file is read by :mod:`app.breakeven.sweep_file`, the maths is
 in :mod:`app.domain.breakeven_report`, queries in :mod:`app.breakeven.repository`. Functions
@@ -18,21 +18,11 @@ from sqlalchemy.orm import Session
 from app.breakeven import repository
 from app.breakeven.render import measured_crossing
 from app.breakeven.sweep_file import SweepFileError, SweepRow, read_sweep_file
-from app.deployments.service import RegistryError, get_deployment
+from app.domain.breakeven import ScheduleBand, raise_bands
 from app.domain.breakeven_report import BreakevenFit, breakeven_fit_as_dict, fit_breakeven
 from app.domain.breakeven_sweep import InvalidSweep, SweepPoint
 from app.domain.errors import InvalidInput
 from app.domain.schedule_check import ScheduleCheck, check_schedules, schedule_check_as_dict
-from serving.engine.config import (
-    BatchSizeBand,
-    EngineConfig,
-    NgramSpeculation,
-    NoSpeculation,
-    OtherSpeculation,
-    engine_config_path,
-    load_engine_config,
-    save_engine_config,
-)
 
 
 class BreakevenError(Exception):
@@ -190,15 +180,16 @@ def store_measured_sweep(
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class AppliedSchedule:
-    """What ``breakeven apply`` wrote."""
+class FittedSchedule:
+    """The speculation schedule of a stored or saved fit, for its primary config."""
 
-    deployment: str
-    engine: EngineConfig
-    engine_path: Path
+    bands: tuple[ScheduleBand, ...]
+    method: str
+    """The speculation method the fit measured, e.g. ``ngram``."""
+    k: int
+    """The ``k`` the fit measured."""
     source: str
-    bands: tuple[BatchSizeBand, ...]
-    note: str | None = None
+    """Where the fit came from, for messages: a sweep or a file."""
 
 
 def _fit_body(
@@ -232,11 +223,11 @@ def _fit_body(
     return sweep.fit, f"sweep {sweep.id} ({sweep.name})"
 
 
-def _schedule_of(body: dict[str, Any], source: str) -> tuple[tuple[BatchSizeBand, ...], str, int]:
+def _schedule_of(body: dict[str, Any], source: str) -> tuple[tuple[ScheduleBand, ...], str, int]:
     """Bands, method and k of the fit's primary config."""
     try:
         bands = tuple(
-            BatchSizeBand(start=int(s), end=int(e), k=int(k)) for s, e, k in body["schedule"]
+            ScheduleBand(start=int(s), end=int(e), k=int(k)) for s, e, k in body["schedule"]
         )
         primary = next(c for c in body["configs"] if c["config"] == body["config"])
         method, k = str(primary["method"]), int(primary["k"])
@@ -250,124 +241,26 @@ def _schedule_of(body: dict[str, Any], source: str) -> tuple[tuple[BatchSizeBand
     return bands, method, k
 
 
-def raise_bands(bands: Sequence[BatchSizeBand], min_k: int) -> tuple[BatchSizeBand, ...]:
-    """Bands with every k below ``min_k`` raised to it, adjacent bands of equal k merged."""
-    merged: list[BatchSizeBand] = []
-    for band in bands:
-        k = max(band.k, min_k)
-        if merged and merged[-1].k == k and merged[-1].end + 1 == band.start:
-            merged[-1] = BatchSizeBand(start=merged[-1].start, end=band.end, k=k)
-        else:
-            merged.append(BatchSizeBand(start=band.start, end=band.end, k=k))
-    return tuple(merged)
-
-
-def _load_engine(name: str, path: Path, stored: dict[str, Any] | None) -> EngineConfig:
-    try:
-        if path.is_file():
-            return load_engine_config(path)
-        if stored:
-            return EngineConfig.model_validate(stored)
-    except ValidationError as exc:
-        raise BreakevenError(f"engine config of {name!r} is not valid: {exc}") from None
-    raise BreakevenError(
-        f"deployment {name!r} has no engine config ({path} does not exist and the registry "
-        f"holds none); start it once with `specledger engine start --name {name} --spec ngram`, "
-        "which saves the file, then apply again"
-    )
-
-
-def _with_schedule(
-    engine: EngineConfig, bands: tuple[BatchSizeBand, ...], *, method: str, k: int
-) -> tuple[EngineConfig, str | None]:
-    fields = engine.model_dump()
-    if all(band.k == 0 for band in bands):
-        fields.update(speculation=NoSpeculation().model_dump(), batch_size_schedule=None)
-        return EngineConfig.model_validate(fields), (
-            "the schedule never speculates, so the engine is set to plain decoding: a drafter "
-            "kept at k=0 still costs throughput (DESIGN.md, measured ~11-13% on CPU)"
-        )
-    speculation = engine.speculation
-    note = None
-    if isinstance(speculation, NoSpeculation):
-        if method != "ngram":
-            raise BreakevenError(
-                f"the engine of {engine.name!r} does not speculate and the fit is for "
-                f"{method!r}; set the drafter in the engine config first"
-            )
-        speculation = NgramSpeculation(k=k)
-        note = f"speculation was off; set to ngram k={k} as the fit measured"
-    engine_method = (
-        speculation.vllm_method if isinstance(speculation, OtherSpeculation) else speculation.method
-    )
-    if engine_method != method:
-        raise BreakevenError(
-            f"the fit is for {method!r} but the engine of {engine.name!r} speculates with "
-            f"{engine_method!r}; fit a sweep of that method"
-        )
-    fields.update(
-        speculation=speculation.model_dump(),
-        batch_size_schedule=[band.model_dump() for band in bands],
-    )
-    try:
-        return EngineConfig.model_validate(fields), note
-    except ValidationError as exc:
-        raise BreakevenError(f"the schedule does not fit the engine config: {exc}") from None
-
-
-def apply_schedule(
-    session: Session,
-    *,
-    deployment: str,
-    sweep_id: int | None = None,
-    fit_path: Path | None = None,
-    engines_dir: Path,
-    min_k: int = 0,
-) -> AppliedSchedule:
-    """Write a fitted speculation schedule into a deployment's engine config.
-
-    Both copies are updated: the registry's ``Deployment.engine_config`` and the engine JSON
-    file that ``specledger engine start --config`` reads, so the next start uses vLLM's
-    dynamic speculation (``num_speculative_tokens_per_batch_size``).
+def fitted_schedule(
+    session: Session, *, sweep_id: int | None = None, fit_path: Path | None = None, min_k: int = 0
+) -> FittedSchedule:
+    """The schedule of a fit: stored with a sweep, the newest fitted sweep, or a
+    ``breakeven fit --json`` file.
 
     Args:
-        session: Database session (the registry).
-        deployment: Registered deployment name; also names the engine file.
+        session: Database session (stored fits).
         sweep_id: Take the fit stored with this sweep.
         fit_path: Take the fit from a ``breakeven fit --json`` file instead.
-        engines_dir: Folder of engine configs.
         min_k: Raise bands below this k to it (adjacent equal bands merge), unless the
-            schedule never speculates (then the engine is set to plain decoding). 1 keeps
-            the drafter drafting where the fit says k=0: vLLM's k=0 path with a drafter
-            loaded ran 16% slower than plain decoding at concurrency 64 on the example CPU
-            sweep, and k=1 there reached 0.947 of it.
-
-    Returns:
-        The new engine config and where it was written.
+            schedule never speculates. 1 keeps the drafter drafting where the fit says k=0:
+            vLLM's k=0 path with a drafter loaded ran 16% slower than plain decoding at
+            concurrency 64 on the example CPU sweep, and k=1 there reached 0.947 of it.
 
     Raises:
-        BreakevenError: Unknown deployment, no engine config, no fit, or a fit for another
-            speculation method than the engine's.
+        BreakevenError: No such sweep, no fit, or a file that is not a fit.
     """
-    try:
-        record = get_deployment(session, deployment)
-    except RegistryError as exc:
-        raise BreakevenError(str(exc)) from None
     body, source = _fit_body(session, sweep_id=sweep_id, fit_path=fit_path)
     bands, method, k = _schedule_of(body, source)
     if min_k > 0 and any(band.k > 0 for band in bands):  # never speculating: plain engine
         bands = raise_bands(bands, min_k)
-    path = engine_config_path(deployment, engines_dir)
-    engine = _load_engine(deployment, path, record.engine_config)
-    updated, note = _with_schedule(engine, bands, method=method, k=k)
-    save_engine_config(updated, path)
-    record.engine_config = updated.model_dump(mode="json")
-    session.flush()
-    return AppliedSchedule(
-        deployment=deployment,
-        engine=updated,
-        engine_path=path,
-        source=source,
-        bands=bands,
-        note=note,
-    )
+    return FittedSchedule(bands=bands, method=method, k=k, source=source)

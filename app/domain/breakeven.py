@@ -28,6 +28,7 @@ token. Output throughput at concurrency ``B`` is ``B * E / t``, so the speedup i
 """
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -336,3 +337,15 @@ def speculation_schedule(
             bands.append(ScheduleBand(start=start, end=index, k=int(chosen[index - 1])))
             start = index + 1
     return tuple(bands)
+
+
+def raise_bands(bands: Sequence[ScheduleBand], min_k: int) -> tuple[ScheduleBand, ...]:
+    """Bands with every k below ``min_k`` raised to it, adjacent bands of equal k merged."""
+    merged: list[ScheduleBand] = []
+    for band in bands:
+        k = max(band.k, min_k)
+        if merged and merged[-1].k == k and merged[-1].end + 1 == band.start:
+            merged[-1] = ScheduleBand(start=merged[-1].start, end=band.end, k=k)
+        else:
+            merged.append(ScheduleBand(start=band.start, end=band.end, k=k))
+    return tuple(merged)

@@ -35,7 +35,7 @@ from serving.proxy.config import ReplicaSpec
 
 Progress = Callable[[str, int, int], None]
 
-_PROXY_BOOT = "import typer\nfrom serving.proxy_cli import proxy\ntyper.run(proxy)\n"
+_PROXY_BOOT = "import typer\nfrom app.cli.proxy import proxy\ntyper.run(proxy)\n"
 _SERVER_MODULE_MARK = b"vllm.entrypoints.openai.api_server"
 
 

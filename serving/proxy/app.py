@@ -13,7 +13,7 @@ Records are written once the meter has settled their GPU time, through a
 tick after ``idle_window_s``, and at shutdown, so requests + idle = GPUs x wall time holds
 in the database.
 
-Run it with ``specledger proxy`` (see ``serving/proxy_cli.py``); :func:`create_proxy_app`
+Run it with ``specledger proxy`` (see ``app/cli/proxy.py``); :func:`create_proxy_app`
 builds the app from a :class:`~serving.proxy.config.ProxyConfig`.
 """
 

@@ -7,7 +7,7 @@ from sqlalchemy import Engine, func, select
 from sqlalchemy.orm import Session
 
 from app.allocation.service import Window, run_allocation
-from app.cli_ledger import month_window
+from app.cli.ledger import month_window
 from app.deployments.service import add_deployment, add_replica
 from app.models import AllocationRun, BillingRow, LedgerEntry
 from ingest.service import IngestOptions, ingest_billing

@@ -11,7 +11,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from app.allocation.service import MonthClosed, run_allocation
-from app.cli_ledger import month_window
+from app.cli.ledger import month_window
 from app.deployments.service import add_deployment, add_replica
 from app.ledger.export import focus_allocation_table
 from app.ledger.service import CloseError, close_month

@@ -174,13 +174,8 @@ def test_min_k_keeps_the_drafter_drafting_where_the_fit_says_k0(
 
 
 def test_raise_bands_merges_equal_neighbours() -> None:
-    from app.breakeven.service import raise_bands
-    from serving.engine.config import BatchSizeBand
+    from app.domain.breakeven import ScheduleBand, raise_bands
 
-    bands = [
-        BatchSizeBand(start=1, end=8, k=4),
-        BatchSizeBand(start=9, end=20, k=1),
-        BatchSizeBand(start=21, end=256, k=0),
-    ]
+    bands = [ScheduleBand(1, 8, 4), ScheduleBand(9, 20, 1), ScheduleBand(21, 256, 0)]
     assert [(b.start, b.end, b.k) for b in raise_bands(bands, 1)] == [(1, 8, 4), (9, 256, 1)]
     assert raise_bands(bands, 0) == tuple(bands)

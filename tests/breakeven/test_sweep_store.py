@@ -9,7 +9,7 @@ from sqlalchemy.orm import Session
 
 from app.breakeven import repository, service
 from app.breakeven.sweep_file import SweepRow, read_sweep_file, write_sweep_file
-from app.cli_sweep import row_of
+from app.cli.sweep import row_of
 from app.domain.breakeven import baseline_tokens_per_s, speculative_tokens_per_s
 from serving.engine.config import BatchSizeBand, EngineConfig, NgramSpeculation
 from serving.load.loadgen import LevelStats

@@ -5,7 +5,7 @@ from pathlib import Path
 import typer
 from typer.testing import CliRunner
 
-from dashboards.cli import register
+from app.cli.dashboards import register
 from dashboards.pages import PAGES, PLOTLY_JS_NAME
 from tests.dashboards.seed import TEAMS, Seeded
 

@@ -9,10 +9,10 @@ import typer
 from sqlalchemy import func, select
 from typer.testing import CliRunner
 
+from app.cli.usage import register
 from app.domain.usage import ReplicaIdleEvent
 from app.models import ReplicaIdle, UsageRecord
 from ingest.usage import UsageInputError, load_usage
-from ingest.usage_cli import register
 from serving.proxy.sink import write_jsonl
 from tests.serving.test_usage_sink import T0, make_event
 

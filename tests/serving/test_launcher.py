@@ -9,7 +9,7 @@ import pytest
 from pydantic import ValidationError
 from typer.testing import CliRunner
 
-from serving.cli import engine_app, models_app
+from app.cli.engine import engine_app, models_app
 from serving.engine import launcher
 from serving.engine.config import (
     BatchSizeBand,

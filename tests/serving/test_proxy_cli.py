@@ -6,8 +6,8 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
+from app.cli.proxy import parse_replica, register
 from serving.engine.config import EngineConfig, NgramSpeculation, save_engine_config
-from serving.proxy_cli import parse_replica, register
 
 runner = CliRunner()
 
@@ -43,7 +43,7 @@ def test_parse_replica_errors(text, message):
 
 
 def test_replica_from_a_saved_engine_config(tmp_path: Path, monkeypatch):
-    from serving import proxy_cli
+    from app.cli import proxy as proxy_cli
 
     config = EngineConfig(
         name="smol",

@@ -273,3 +273,8 @@ def _parse_env(pairs: list[str]) -> dict[str, str]:
             raise ValueError(f"bad --env {pair!r}; expected KEY=VALUE")
         env[key] = value
     return env
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(models_app, name="models")
+    app.add_typer(engine_app, name="engine")

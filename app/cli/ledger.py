@@ -10,7 +10,7 @@ from sqlalchemy.orm import Session
 
 from app.allocation.service import MonthClosed, run_allocation
 from app.allocation.windowing import Window
-from app.cli_support import UserError, open_engine, user_errors
+from app.cli._support import UserError, open_engine, user_errors
 from app.deployments import service as registry
 from app.domain.money import format_micros
 from app.domain.periods import month_bounds

@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 from sqlalchemy import Engine
 
-from app.cli_support import open_engine, user_errors
+from app.cli._support import open_engine, user_errors
 from app.domain.periods import month_bounds
 from app.settings import get_settings
 from dashboards import data, pages

@@ -112,7 +112,7 @@ def proxy(
     """
     import uvicorn
 
-    from app.cli_support import open_engine, user_errors
+    from app.cli._support import open_engine, user_errors
     from app.settings import get_settings
 
     replicas = [parse_replica(text) for text in replica or []]

@@ -7,7 +7,7 @@ import typer
 from sqlalchemy.orm import Session
 
 from app.auth import service as keys
-from app.cli_support import UserError, open_engine, out, user_errors
+from app.cli._support import UserError, open_engine, out, user_errors
 from app.settings import get_settings
 
 keys_app = typer.Typer(help="Create, list and revoke API keys.", no_args_is_help=True)

@@ -1,6 +1,6 @@
 """Shared pieces of the command line: consoles, clean errors, engines, progress bars."""
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import typer
@@ -45,8 +45,12 @@ def open_engine(settings: Settings) -> Iterator[Engine]:
         engine.dispose()
 
 
+ProgressHook = Callable[[str, int, int], None]
+"""``hook(description, done, total)``, called as long work advances."""
+
+
 @contextmanager
-def progress_bar(enabled: bool) -> Iterator[object]:
+def progress_bar(enabled: bool) -> Iterator[ProgressHook | None]:
     """A progress bar on stderr when stdout is a terminal; otherwise silent."""
     if not enabled:
         yield None

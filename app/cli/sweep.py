@@ -13,10 +13,10 @@ from sqlalchemy.orm import Session
 
 from app.breakeven import service
 from app.breakeven.sweep_file import SweepRow, write_sweep_file
-from app.cli_support import UserError, err, open_engine, progress_bar, user_errors
+from app.cli._support import UserError, err, open_engine, progress_bar, user_errors
+from app.cli.engine import DEFAULT_DRAFT_LAYERS
 from app.domain.breakeven_sweep import SweepPoint
 from app.settings import get_settings
-from serving.cli import DEFAULT_DRAFT_LAYERS
 from serving.engine import launcher, model_prep
 from serving.engine.config import DEFAULT_ENGINES_DIR, DEFAULT_VLLM_PYTHON, EngineConfig
 from serving.engine.config import load_engine_config as read_engine_config
@@ -290,7 +290,7 @@ def sweep(
                         gpus=gpus,
                         wait_s=wait_for_other_engines,
                         progress=hook,
-                    )  # type: ignore[arg-type]
+                    )
                     for level in stats:
                         rows.append(row_of(target, level))
                         _print_row(rows[-1])

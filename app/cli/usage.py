@@ -23,7 +23,7 @@ def ingest_usage(
     """Load usage records idempotently: records whose event id is already stored are
     skipped, so loading a file twice changes nothing. A bad line rejects the input, naming
     the file and line, and nothing is written."""
-    from app.cli_support import open_engine, user_errors
+    from app.cli._support import open_engine, user_errors
     from app.settings import get_settings
     from ingest.usage import load_usage
 

@@ -1,0 +1,42 @@
+"""The ``specledger`` command line: one root that mounts every command group. Each
+subcommand's --help explains it."""
+
+import typer
+
+from app.cli import (
+    api,
+    billing,
+    breakeven,
+    dashboards,
+    db,
+    demo,
+    engine,
+    ledger,
+    proxy,
+    usage,
+)
+
+app = typer.Typer(
+    help="SpecLedger: what speculative LLM serving costs, per session and team, reconciled to "
+    "the cloud bill; when speculation pays off; where money is wasted.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+ingest_app = typer.Typer(help="Load billing (FOCUS) and usage data.", no_args_is_help=True)
+app.add_typer(ingest_app, name="ingest")
+
+db.register(app)
+billing.register(app, ingest_app=ingest_app)
+usage.register(ingest_app)
+engine.register(app)
+demo.register(app)
+ledger.register(app)
+api.register(app)
+breakeven.register(app)
+dashboards.register(app)
+proxy.register(app)
+
+
+def main() -> None:
+    app()
