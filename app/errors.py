@@ -7,20 +7,14 @@ Every error body has the same shape, with a stable machine-readable ``code``::
 
 ``fields`` is present only for input errors. No handler ever returns a traceback.
 
-Hierarchy (status and code in brackets):
+Every error SpecLedger raises on purpose derives from ``app.domain.errors.SpecLedgerError``,
+which carries its status and code; this module renders it, and the errors of FastAPI,
+Starlette and SQLAlchemy, in that shape:
 
-* AppError [500 internal_error]
-  - Unauthorized [401 unauthorized]          no API key, or an unknown or revoked one
-  - Forbidden [403 forbidden]                the key's scope does not allow the request
-  - NotFound [404 not_found]
-  - Conflict [409 conflict]
-    - ClosedMonth [409 month_closed]         the ledger month is closed
-  - InvalidParameter [422 invalid_parameter] a parameter that parsed but makes no sense
-  - InvalidBillingInput [422 invalid_billing_input]
-  - Unprocessable [422 invalid_input]         input that cannot be used (an unfittable sweep)
-  - NotReady [503 not_ready]                 database unreachable or schema not current
+* SpecLedgerError [its status and code]; see app.domain.errors for the hierarchy
+  - InvalidParameter [422 invalid_parameter]  a parameter that parsed but makes no sense
+  - NotReady [503 not_ready]                  database unreachable or schema not current
 * RequestValidationError [422 validation_error]   FastAPI's own input validation
-* app.domain.errors.DomainError [422 invalid_input]
 * starlette HTTPException [its status: not_found, method_not_allowed, ...]
 * sqlalchemy OperationalError [503 database_unavailable]   connection lost, database locked
 * anything else [500 internal_error]        logged with its traceback, never sent
@@ -28,7 +22,7 @@ Hierarchy (status and code in brackets):
 
 import logging
 from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -37,7 +31,7 @@ from pydantic import BaseModel
 from sqlalchemy.exc import OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from app.domain.errors import DomainError
+from app.domain.errors import Invalid, SpecLedgerError, Unauthorized, Unavailable
 
 log = logging.getLogger("specledger.api")
 
@@ -60,68 +54,18 @@ class ErrorBody(BaseModel):
     error: ErrorDetail
 
 
-class AppError(Exception):
-    status_code: ClassVar[int] = 500
-    code: ClassVar[str] = "internal_error"
+class InvalidParameter(Invalid):
+    """A request parameter that parsed but makes no sense."""
 
-    def __init__(self, message: str, *, fields: Sequence[FieldError] = ()) -> None:
-        super().__init__(message)
-        self.message = message
-        self.fields = list(fields)
-
-    @property
-    def headers(self) -> dict[str, str] | None:
-        return None
-
-
-class Unauthorized(AppError):
-    status_code = 401
-    code = "unauthorized"
-
-    @property
-    def headers(self) -> dict[str, str] | None:
-        return {"WWW-Authenticate": "Bearer"}
-
-
-class Forbidden(AppError):
-    status_code = 403
-    code = "forbidden"
-
-
-class NotFound(AppError):
-    status_code = 404
-    code = "not_found"
-
-
-class Conflict(AppError):
-    status_code = 409
-    code = "conflict"
-
-
-class ClosedMonth(Conflict):
-    code = "month_closed"
-
-
-class InvalidParameter(AppError):
-    status_code = 422
     code = "invalid_parameter"
 
     def __init__(self, field: str, message: str) -> None:
-        super().__init__(f"{field}: {message}", fields=[FieldError(field=field, message=message)])
+        super().__init__(f"{field}: {message}", fields=[(field, message)])
 
 
-class InvalidBillingInput(AppError):
-    status_code = 422
-    code = "invalid_billing_input"
+class NotReady(Unavailable):
+    """The database is unreachable or its schema is not current."""
 
-
-class Unprocessable(AppError):
-    status_code = 422
-    code = "invalid_input"
-
-
-class NotReady(AppError):
-    status_code = 503
     code = "not_ready"
 
 
@@ -176,21 +120,19 @@ def validation_fields(errors: Sequence[Any]) -> list[FieldError]:
 def install_error_handlers(app: FastAPI) -> None:
     """Render every error as an :class:`ErrorBody`."""
 
-    @app.exception_handler(AppError)
-    async def _app_error(request: Request, exc: AppError) -> JSONResponse:
-        if exc.status_code >= 500:
+    @app.exception_handler(SpecLedgerError)
+    async def _app_error(request: Request, exc: SpecLedgerError) -> JSONResponse:
+        if exc.status >= 500:
             log.error("%s %s failed: %s", request.method, request.url.path, exc.message)
-        return error_response(exc.status_code, exc.code, exc.message, exc.fields, exc.headers)
+        fields = [FieldError(field=field, message=message) for field, message in exc.fields]
+        headers = {"WWW-Authenticate": "Bearer"} if isinstance(exc, Unauthorized) else None
+        return error_response(exc.status, exc.code, exc.message, fields, headers)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
         fields = validation_fields(exc.errors())
         message = "; ".join(f"{f.field}: {f.message}" for f in fields) or "invalid request"
         return error_response(422, "validation_error", message, fields)
-
-    @app.exception_handler(DomainError)
-    async def _domain(request: Request, exc: DomainError) -> JSONResponse:
-        return error_response(422, "invalid_input", str(exc))
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:

@@ -8,11 +8,15 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Engine
 
+from app.domain.errors import Unavailable
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
-class SchemaNotCurrent(Exception):
+class SchemaNotCurrent(Unavailable):
     """The database is not at the newest migration."""
+
+    code = "schema_not_current"
 
 
 def alembic_config(url: str) -> Config:

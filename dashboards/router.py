@@ -23,8 +23,8 @@ from fastapi.security import APIKeyCookie, APIKeyHeader, HTTPAuthorizationCreden
 from app.auth.deps import team_scope
 from app.auth.service import authenticate
 from app.deps import EngineDep, SessionDep
+from app.domain.errors import Unauthorized
 from app.domain.periods import month_bounds
-from app.errors import Unauthorized
 from dashboards import data, pages
 
 KEY_COOKIE = "specledger_key"

@@ -2,6 +2,8 @@
 
 from dataclasses import dataclass
 
+from app.domain.errors import Invalid
+
 
 @dataclass(frozen=True, slots=True)
 class Problem:
@@ -24,8 +26,10 @@ class Problem:
         return f"{', '.join(where)}: {self.reason}{shown}"
 
 
-class IngestError(Exception):
+class IngestError(Invalid):
     """Input that cannot be loaded; nothing was written."""
+
+    code = "invalid_billing_input"
 
     def __init__(self, problems: list[Problem]) -> None:
         self.problems = problems

@@ -4,7 +4,7 @@ from fastapi import APIRouter
 
 from app.auth.deps import AdminDep
 from app.deps import EngineDep, SettingsDep
-from app.errors import RESPONSES_READ, FieldError, InvalidBillingInput
+from app.errors import RESPONSES_READ
 from ingest.errors import IngestError
 from ingest.normalize import NormaliseOptions
 from ingest.schemas import BillingIngestCreate, BillingIngestRead
@@ -31,12 +31,7 @@ def post_billing_ingest(
     )
     try:
         report = ingest_billing(engine, body.location, options)
-    except IngestError as exc:
-        raise InvalidBillingInput(
-            str(exc),
-            fields=[
-                FieldError(field="body.location", message=str(problem))
-                for problem in exc.problems[:50]
-            ],
-        ) from None
+    except IngestError as exc:  # the problems are in the file the body's location names
+        exc.fields = tuple(("body.location", str(problem)) for problem in exc.problems[:50])
+        raise
     return BillingIngestRead.model_validate(report.to_json())

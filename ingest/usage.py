@@ -19,6 +19,7 @@ from typing import IO, Any
 
 from sqlalchemy import Engine
 
+from app.domain.errors import Invalid
 from app.domain.usage import ReplicaIdleEvent, UsageEvent
 from app.usage.repository import insert_idle, insert_usage
 from app.usage.schemas import record_from_json
@@ -33,6 +34,8 @@ _MAX_PROBLEMS = 20
 class UsageInputError(IngestError):
     """Usage input that cannot be loaded; nothing was written."""
 
+    code = "invalid_usage_input"
+
     def __init__(self, problems: list[Problem]) -> None:
         self.problems = problems
         shown = "\n".join(f"  {_where(p)}: {p.reason}" for p in problems[:_MAX_PROBLEMS])
@@ -41,7 +44,7 @@ class UsageInputError(IngestError):
             if len(problems) > _MAX_PROBLEMS
             else ""
         )
-        Exception.__init__(self, f"usage input rejected, nothing was written:\n{shown}{more}")
+        Invalid.__init__(self, f"usage input rejected, nothing was written:\n{shown}{more}")
 
 
 def _where(problem: Problem) -> str:

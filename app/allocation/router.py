@@ -18,7 +18,7 @@ from app.auth.deps import AdminDep, PrincipalDep, team_scope
 from app.deps import EngineDep, SessionDep, SettingsDep
 from app.domain.periods import month_bounds
 from app.domain.windows import Step
-from app.errors import RESPONSES_READ, ClosedMonth, ErrorBody, InvalidParameter
+from app.errors import RESPONSES_READ, ErrorBody, InvalidParameter
 from app.kit.http_params import PageDep, WindowDep, parse_dimensions
 from app.kit.responses import Format, csv_download
 from app.kit.schemas import WindowRead, money
@@ -125,12 +125,9 @@ def create_run(
         window = Window(body.start.astimezone(UTC), body.end.astimezone(UTC))
     else:  # the schema's validator already refuses this
         raise InvalidParameter("body", "give month, or start and end")
-    try:
-        summary = service.run_allocation(
-            engine, window, share_idle=body.share_idle, tag_key=settings.billing_tag_key
-        )
-    except service.MonthClosed as exc:
-        raise ClosedMonth(str(exc)) from None
+    summary = service.run_allocation(
+        engine, window, share_idle=body.share_idle, tag_key=settings.billing_tag_key
+    )
     return AllocationRunRead(
         run_id=summary.run_id,
         month=window.month,

@@ -13,15 +13,12 @@ from sqlalchemy.orm import Session
 from app.allocation.repository import RowRecord
 from app.allocation.restatement import restatement_adjustments
 from app.allocation.windowing import Computed, Window, compute_window
+from app.domain.errors import MonthClosed
 from app.kit.bulk import bulk_insert
 from app.models import AllocationRun, LedgerClosure, LedgerEntry
 
 ADHOC = "adhoc"
 """booked_month of entries from ad-hoc (non-month) windows: never closable."""
-
-
-class MonthClosed(Exception):
-    """The month is closed; its ledger cannot change."""
 
 
 @dataclass

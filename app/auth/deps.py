@@ -7,7 +7,7 @@ from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBea
 
 from app.auth.service import Principal, authenticate
 from app.deps import SessionDep
-from app.errors import Forbidden, Unauthorized
+from app.domain.errors import Forbidden, Unauthorized
 
 _bearer = HTTPBearer(auto_error=False, description="An API key: `Authorization: Bearer slk_...`")
 _header = APIKeyHeader(

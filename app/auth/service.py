@@ -14,14 +14,17 @@ from datetime import UTC, datetime
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from app.domain.errors import Invalid
 from app.models import ApiKey
 
 KEY_MARK = "slk_"
 PREFIX_LENGTH = 12
 
 
-class ApiKeyError(Exception):
+class ApiKeyError(Invalid):
     """A key operation that cannot be done (unknown key, bad scope)."""
+
+    code = "invalid_key_request"
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,31 +4,41 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import typer
+from pydantic import ValidationError
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from sqlalchemy import Engine
 
 from app import migrate
 from app.db import make_engine
+from app.domain.errors import Invalid, SpecLedgerError
 from app.settings import Settings
-from ingest.errors import IngestError
 
 err = Console(stderr=True)
 out = Console()
 
 
-class UserError(Exception):
-    """A problem the user can fix; printed without a traceback."""
+class UserError(Invalid):
+    """A problem with the command line the user can fix; printed without a traceback."""
 
 
 @contextmanager
 def user_errors() -> Iterator[None]:
-    """Turn expected failures into a clear message and exit status 2."""
+    """The CLI's one error edge: every SpecLedgerError becomes its message on stderr and exit
+    status 2, never a traceback."""
     try:
         yield
-    except (IngestError, UserError, migrate.SchemaNotCurrent) as exc:
-        err.print(f"[bold red]error:[/] {exc}", highlight=False, markup=True, soft_wrap=True)
+    except SpecLedgerError as exc:
+        _print_error(exc.message)
         raise typer.Exit(2) from None
+    except ValidationError as exc:  # a config file or options that make an invalid config
+        _print_error(f"invalid configuration: {exc}")
+        raise typer.Exit(2) from None
+
+
+def _print_error(message: str) -> None:
+    err.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
 
 
 @contextmanager

@@ -7,7 +7,7 @@ import typer
 from sqlalchemy.orm import Session
 
 from app.auth import service as keys
-from app.cli._support import UserError, open_engine, out, user_errors
+from app.cli._support import open_engine, out, user_errors
 from app.settings import get_settings
 
 keys_app = typer.Typer(help="Create, list and revoke API keys.", no_args_is_help=True)
@@ -35,10 +35,7 @@ def keys_create(
         Session(engine) as session,
         session.begin(),
     ):
-        try:
-            created = keys.create_key(session, team=team, admin=admin, name=name)
-        except keys.ApiKeyError as exc:
-            raise UserError(str(exc)) from None
+        created = keys.create_key(session, team=team, admin=admin, name=name)
         record = created.record
         summary = {
             "id": record.id,
@@ -98,10 +95,7 @@ def keys_revoke(
         Session(engine) as session,
         session.begin(),
     ):
-        try:
-            record = keys.revoke_key(session, key)
-        except keys.ApiKeyError as exc:
-            raise UserError(str(exc)) from None
+        record = keys.revoke_key(session, key)
         ident = f"{record.id} ({record.prefix}...)"
     typer.echo(f"key {ident} revoked")
 

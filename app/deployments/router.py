@@ -7,7 +7,7 @@ from app.auth.service import Principal
 from app.deployments import service
 from app.deployments.schemas import DeploymentCreate, DeploymentRead, ReplicaCreate, ReplicaRead
 from app.deps import SessionDep
-from app.errors import RESPONSES_READ, Conflict, ErrorBody, NotFound
+from app.errors import RESPONSES_READ, ErrorBody
 from app.models import Deployment, Replica
 
 router = APIRouter(prefix="/deployments", tags=["deployments"])
@@ -44,17 +44,14 @@ def create_deployment(
     body: DeploymentCreate, session: SessionDep, admin: AdminDep
 ) -> DeploymentRead:
     """Register a deployment (admin)."""
-    try:
-        deployment = service.add_deployment(
-            session,
-            name=body.name,
-            tag_value=body.tag_value,
-            tier=body.tier,
-            shared_policy=body.shared_policy,
-            shared_team=body.shared_team,
-        )
-    except service.RegistryError as exc:
-        raise Conflict(str(exc)) from None
+    deployment = service.add_deployment(
+        session,
+        name=body.name,
+        tag_value=body.tag_value,
+        tier=body.tier,
+        shared_policy=body.shared_policy,
+        shared_team=body.shared_team,
+    )
     return _read(deployment, [], admin)
 
 
@@ -68,19 +65,12 @@ def create_replica(
     name: str, body: ReplicaCreate, session: SessionDep, _admin: AdminDep
 ) -> ReplicaRead:
     """Register a replica of a deployment with its GPUs and billing ResourceId (admin)."""
-    try:
-        service.get_deployment(session, name)
-    except service.RegistryError as exc:
-        raise NotFound(str(exc)) from None
-    try:
-        replica = service.add_replica(
-            session,
-            deployment=name,
-            name=body.name,
-            gpus=body.gpus,
-            resource_id=body.resource_id,
-            base_url=body.base_url,
-        )
-    except service.RegistryError as exc:
-        raise Conflict(str(exc)) from None
+    replica = service.add_replica(
+        session,
+        deployment=name,
+        name=body.name,
+        gpus=body.gpus,
+        resource_id=body.resource_id,
+        base_url=body.base_url,
+    )
     return ReplicaRead.model_validate(replica)

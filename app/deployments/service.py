@@ -7,11 +7,20 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from app.allocation.compute import SharedPolicy
+from app.domain.errors import Conflict, Invalid, NotFound
 from app.models import Deployment, Replica
 
 
-class RegistryError(Exception):
-    """A registry change that cannot be made (unknown name, duplicate...)."""
+class UnknownDeployment(NotFound):
+    """No deployment has that name."""
+
+
+class AlreadyRegistered(Conflict):
+    """The deployment, replica or resource id is registered already."""
+
+
+class InvalidRegistration(Invalid):
+    """A registration that makes no sense (no GPU, an unknown shared policy...)."""
 
 
 def add_deployment(
@@ -27,13 +36,13 @@ def add_deployment(
     try:
         policy = SharedPolicy(shared_policy)
     except ValueError:
-        raise RegistryError(
+        raise InvalidRegistration(
             f"shared policy must be one of {', '.join(p.value for p in SharedPolicy)}"
         ) from None
     if policy is SharedPolicy.team and not shared_team:
-        raise RegistryError("the 'team' shared policy needs a team name")
+        raise InvalidRegistration("the 'team' shared policy needs a team name")
     if session.scalar(select(Deployment).where(Deployment.name == name)):
-        raise RegistryError(f"deployment {name!r} already exists")
+        raise AlreadyRegistered(f"deployment {name!r} already exists")
     deployment = Deployment(
         name=name,
         tag_value=tag_value or name,
@@ -58,7 +67,7 @@ def add_replica(
 ) -> Replica:
     """Register a replica with its GPU count and, optionally, its billing ResourceId."""
     if gpus < 1:
-        raise RegistryError("a replica has at least one GPU")
+        raise InvalidRegistration("a replica has at least one GPU")
     owner = get_deployment(session, deployment)
     replica = Replica(
         deployment_id=owner.id, name=name, gpus=gpus, resource_id=resource_id, base_url=base_url
@@ -67,7 +76,7 @@ def add_replica(
     try:
         session.flush()
     except IntegrityError:
-        raise RegistryError(
+        raise AlreadyRegistered(
             f"replica {name!r} or resource id {resource_id!r} is already registered"
         ) from None
     return replica
@@ -76,7 +85,7 @@ def add_replica(
 def get_deployment(session: Session, name: str) -> Deployment:
     deployment = session.scalar(select(Deployment).where(Deployment.name == name))
     if deployment is None:
-        raise RegistryError(
+        raise UnknownDeployment(
             f"unknown deployment {name!r}; register it with `specledger deployments add`"
         )
     return deployment

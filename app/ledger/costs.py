@@ -15,6 +15,7 @@ from sqlalchemy import Engine, func, select
 from sqlalchemy.orm import Session
 
 from app.allocation.repository import to_ns
+from app.domain.errors import Invalid
 from app.domain.money import format_micros
 from app.domain.sessions import session_totals_arrays
 from app.models import AllocationRun, LedgerEntry, UsageRecord
@@ -86,7 +87,7 @@ def unit_costs(
     """Cost lines grouped by ``by`` (dimensions or ``tag:KEY``); ``team`` filters to one team."""
     for dimension in by:
         if dimension not in DIMENSIONS and not dimension.startswith("tag:"):
-            raise ValueError(
+            raise Invalid(
                 f"cannot group by {dimension!r}; use one of {', '.join(DIMENSIONS)} or tag:KEY"
             )
     with Session(engine) as session:

@@ -8,7 +8,7 @@ from fastapi.responses import Response
 from app.auth.deps import AdminDep, PrincipalDep, team_scope
 from app.deps import EngineDep
 from app.domain.periods import month_bounds
-from app.errors import RESPONSES_READ, Conflict, ErrorBody
+from app.errors import RESPONSES_READ, ErrorBody
 from app.kit.http_params import MonthDep, PageDep, parse_dimensions
 from app.kit.responses import Format, csv_download, download
 from app.ledger import downloads
@@ -21,7 +21,7 @@ from app.ledger.schemas import (
     CostPage,
     ReconciliationRead,
 )
-from app.ledger.service import CloseError, close_month, closed_months
+from app.ledger.service import close_month, closed_months
 
 router = APIRouter(tags=["ledger"])
 
@@ -141,8 +141,5 @@ def get_closures(engine: EngineDep, _principal: PrincipalDep) -> list[ClosureRea
 )
 def create_closure(body: ClosureCreate, engine: EngineDep, _admin: AdminDep) -> ClosureRead:
     """Close a month: its ledger can never change again (admin)."""
-    try:
-        closure = close_month(engine, body.month)
-    except CloseError as exc:
-        raise Conflict(str(exc)) from None
+    closure = close_month(engine, body.month)
     return ClosureRead.model_validate(closure)

@@ -6,31 +6,33 @@ from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
 from app.allocation.restatement import billing_fingerprint
+from app.domain.errors import Conflict, MonthClosed
 from app.domain.periods import month_bounds
 from app.models import AllocationRun, LedgerClosure
 
 
-class CloseError(Exception):
-    """The month cannot be closed (already closed, or never allocated)."""
+class MonthNotAllocated(Conflict):
+    """The month has no allocation run yet, so there is nothing to close."""
 
 
 def close_month(engine: Engine, month: str, *, now: datetime | None = None) -> LedgerClosure:
     """Freeze a month's ledger, recording the billing it was closed on.
 
     Raises:
-        CloseError: If the month is already closed or has no allocation run.
+        MonthClosed: If the month is already closed.
+        MonthNotAllocated: If it has no allocation run.
     """
     start, _ = month_bounds(month)
     with Session(engine, expire_on_commit=False) as session, session.begin():
         if session.get(LedgerClosure, month):
-            raise CloseError(f"{month} is already closed")
+            raise MonthClosed(f"{month} is already closed")
         run_id = session.scalar(
             select(AllocationRun.id).where(
                 AllocationRun.month == month, AllocationRun.status == "current"
             )
         )
         if run_id is None:
-            raise CloseError(
+            raise MonthNotAllocated(
                 f"{month} has no allocation: run `specledger allocate --month {month}` first"
             )
         closure = LedgerClosure(

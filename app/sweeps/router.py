@@ -7,7 +7,8 @@ from fastapi import APIRouter, Query
 
 from app.auth.deps import PrincipalDep
 from app.deps import SessionDep
-from app.errors import RESPONSES_READ, ErrorBody, InvalidParameter, NotFound, Unprocessable
+from app.domain.errors import Invalid, NotFound
+from app.errors import RESPONSES_READ, ErrorBody, InvalidParameter
 from app.sweeps import service
 from app.sweeps.schemas import (
     FitRead,
@@ -95,7 +96,7 @@ def get_fit(
             session, sweep_id, refit=refit, bootstrap_samples=bootstrap, seed=seed
         )
     except service.UnfittableSweep as exc:
-        raise Unprocessable(str(exc)) from None
+        raise Invalid(str(exc)) from None
     if result is None:
         raise NotFound(f"no sweep {sweep_id}")
     fit, computed = result

@@ -6,7 +6,8 @@ from fastapi import APIRouter, Query
 
 from app.auth.deps import AdminDep, PrincipalDep, team_scope
 from app.deps import SessionDep
-from app.errors import RESPONSES_READ, ErrorBody, NotFound
+from app.domain.errors import NotFound
+from app.errors import RESPONSES_READ, ErrorBody
 from app.kit.http_params import PageDep, WindowDep
 from app.kit.schemas import WindowRead, money
 from app.usage import service

@@ -22,6 +22,7 @@ from typing import Any
 
 import httpx
 
+from app.domain.errors import Unavailable
 from serving.engine.config import (
     DEFAULT_ENGINES_DIR,
     DraftModelSpeculation,
@@ -42,8 +43,10 @@ DEFAULT_STOP_GRACE_S = 20.0
 _POLL_INTERVAL_S = 0.5
 
 
-class EngineError(RuntimeError):
+class EngineError(Unavailable):
     """Base class for engine life-cycle failures."""
+
+    code = "engine_error"
 
 
 class EngineStartError(EngineError):

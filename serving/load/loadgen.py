@@ -30,6 +30,8 @@ from typing import Any
 import httpx
 import numpy as np
 
+from app.domain.errors import Unavailable
+
 
 class Phase(StrEnum):
     """Which part of a level a request belongs to."""
@@ -39,8 +41,10 @@ class Phase(StrEnum):
     filler = "filler"
 
 
-class LoadError(RuntimeError):
+class LoadError(Unavailable):
     """The level could not be measured (no measured request succeeded)."""
+
+    code = "load_failed"
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import httpx
 
+from app.domain.errors import SpecLedgerError
 from serving.engine import launcher
 from serving.engine.config import (
     DraftModelSpeculation,
@@ -39,8 +40,10 @@ _PROXY_BOOT = "import typer\nfrom app.cli.proxy import proxy\ntyper.run(proxy)\n
 _SERVER_MODULE_MARK = b"vllm.entrypoints.openai.api_server"
 
 
-class SweepError(RuntimeError):
+class SweepError(SpecLedgerError):
     """A sweep that cannot run or went wrong; the message says what to do."""
+
+    code = "sweep_failed"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -10,11 +10,12 @@ from sqlalchemy import Engine, delete, func, select, text, update
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
-from app.allocation.service import MonthClosed, run_allocation
+from app.allocation.service import run_allocation
 from app.cli.ledger import month_window
 from app.deployments.service import add_deployment, add_replica
+from app.domain.errors import MonthClosed
 from app.ledger.export import focus_allocation_table
-from app.ledger.service import CloseError, close_month
+from app.ledger.service import MonthNotAllocated, close_month
 from app.models import LedgerClosure, LedgerEntry
 from ingest.service import IngestOptions, ingest_billing
 from tests.factories import at, insert_usage, usage_record
@@ -93,12 +94,12 @@ def test_truncate_is_refused_on_postgresql(closed_october: Engine) -> None:
 def test_allocating_or_closing_a_closed_month_again_is_refused(closed_october: Engine) -> None:
     with pytest.raises(MonthClosed):
         run_allocation(closed_october, month_window("2026-10"), share_idle=False, tag_key=TAG)
-    with pytest.raises(CloseError, match="already closed"):
+    with pytest.raises(MonthClosed, match="already closed"):
         close_month(closed_october, "2026-10")
 
 
 def test_closing_needs_an_allocation(engine: Engine) -> None:
-    with pytest.raises(CloseError, match="allocate"):
+    with pytest.raises(MonthNotAllocated, match="allocate"):
         close_month(engine, "2026-09")
 
 

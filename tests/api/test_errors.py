@@ -158,7 +158,7 @@ def test_closed_month_refuses_allocation(client: TestClient, keys: Keys) -> None
     _error(
         client.post("/v1/ledger/closures", json={"month": "2026-09"}, headers=admin),
         409,
-        "conflict",
+        "month_closed",  # one closed-month concept, one code
     )
 
 
