@@ -25,7 +25,7 @@ from app.auth.service import authenticate
 from app.deps import EngineDep, SessionDep
 from app.domain.errors import Unauthorized
 from app.domain.periods import month_bounds
-from dashboards import data, pages
+from dashboards import breakeven_data, data, pages
 
 KEY_COOKIE = "specledger_key"
 """Cookie holding the API key a browser presented once with ``?key=``."""
@@ -173,7 +173,7 @@ def breakeven(
     """Measured and fitted speedup against concurrency, the breakeven and the k schedule."""
     chosen = _month(engine, month)
     ctx = _context(request, chosen, team, _is_admin_view(request))
-    frames = data.breakeven_frames(engine, sweep_id=sweep)
+    frames = breakeven_data.breakeven_frames(engine, sweep_id=sweep)
     return pages.breakeven_page(
         ctx,
         points=frames.points,
@@ -193,7 +193,7 @@ def tiers(
     """Cost per 1K session-seconds against concurrency for the three tiers."""
     chosen = _month(engine, month)
     ctx = _context(request, chosen, team, _is_admin_view(request))
-    frames = data.tier_frames(engine, month=chosen, team=team)
+    frames = breakeven_data.tier_frames(engine, month=chosen, team=team)
     return pages.tiers_page(
         ctx,
         modelled=frames.modelled,

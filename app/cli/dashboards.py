@@ -12,7 +12,7 @@ from sqlalchemy import Engine
 from app.cli._support import open_engine, user_errors
 from app.domain.periods import month_bounds
 from app.settings import get_settings
-from dashboards import data, pages
+from dashboards import breakeven_data, data, pages
 
 dashboards_app = typer.Typer(
     help="Plotly dashboards (also served by `specledger serve` under /dashboards).",
@@ -55,8 +55,8 @@ def export_pages(
         plotly_script=script,
         controls=False,
     )
-    breakeven = data.breakeven_frames(engine)
-    tiers = data.tier_frames(engine, month=chosen, team=team)
+    breakeven = breakeven_data.breakeven_frames(engine)
+    tiers = breakeven_data.tier_frames(engine, month=chosen, team=team)
     usage = data.usage_by_hour(engine, month=chosen, team=team)
     rendered = {
         "cost": pages.cost_page(

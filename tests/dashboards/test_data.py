@@ -10,7 +10,7 @@ from sqlalchemy import Engine, delete, update
 from app.domain.periods import month_bounds
 from app.ledger.costs import unit_costs
 from app.models import Sweep, SweepPointRecord
-from dashboards import data, figures
+from dashboards import breakeven_data, data, figures
 from tests.dashboards.seed import MONTH, TEAMS, Seeded, add_sweep
 
 
@@ -50,7 +50,7 @@ def test_a_team_sees_only_its_own_rows(seeded: Seeded, engine: Engine) -> None:
     assert pd.isna(row["bill_micros"])
     assert pd.isna(row["idle_micros"])
     assert row["request_micros"] + row["shared_micros"] == ledger["effective_micros"].sum()
-    measured = data.tier_frames(engine, month=MONTH, team="search").measured
+    measured = breakeven_data.tier_frames(engine, month=MONTH, team="search").measured
     assert set(measured["tier"]) == {"prototype"}  # search only uses d1
 
 
@@ -94,17 +94,17 @@ def test_nothing_yet_gives_empty_frames(engine: Engine) -> None:
     assert data.usage_by_hour(engine, month=MONTH).empty
     assert data.session_seconds_by_hour(engine, month=MONTH).empty
     assert data.reconciliation_frame(engine, month=MONTH).empty
-    frames = data.breakeven_frames(engine)
+    frames = breakeven_data.breakeven_frames(engine)
     assert frames.sweep is None
     assert frames.points.empty
     assert frames.curve.empty
-    tiers = data.tier_frames(engine, month=MONTH)
+    tiers = breakeven_data.tier_frames(engine, month=MONTH)
     assert tiers.measured.empty
     assert set(tiers.modelled["tier"]) == {"prototype", "scaled", "enterprise"}
 
 
 def test_breakeven_frames_fit_a_sweep_without_a_stored_fit(seeded: Seeded, engine: Engine) -> None:
-    frames = data.breakeven_frames(engine)
+    frames = breakeven_data.breakeven_frames(engine)
     assert frames.sweep is not None
     assert frames.sweep["id"] == seeded.sweep_id
     assert frames.fit is not None
@@ -124,7 +124,7 @@ def test_breakeven_frames_fit_a_sweep_without_a_stored_fit(seeded: Seeded, engin
 
 
 def test_breakeven_frames_use_a_stored_fit(seeded: Seeded, engine: Engine) -> None:
-    computed = data.breakeven_frames(engine).fit
+    computed = breakeven_data.breakeven_frames(engine).fit
     assert computed is not None
     stored = {
         **computed,
@@ -134,7 +134,7 @@ def test_breakeven_frames_use_a_stored_fit(seeded: Seeded, engine: Engine) -> No
     }
     with engine.begin() as conn:
         conn.execute(update(Sweep).where(Sweep.id == seeded.sweep_id).values(fit=stored))
-    frames = data.breakeven_frames(engine, sweep_id=seeded.sweep_id)
+    frames = breakeven_data.breakeven_frames(engine, sweep_id=seeded.sweep_id)
     assert frames.summary.to_dict("records")[0]["breakeven_concurrency"] == 4.5
     assert frames.schedule.values.tolist() == [[1, 3, 2], [4, 256, 0]]
 
@@ -147,7 +147,7 @@ def test_a_sweep_that_cannot_be_fitted_still_shows_its_points(engine: Engine) ->
                 SweepPointRecord.sweep_id == sweep_id, SweepPointRecord.concurrency > 2
             )
         )
-    frames = data.breakeven_frames(engine)
+    frames = breakeven_data.breakeven_frames(engine)
     assert frames.fit is None
     assert frames.message is not None
     assert frames.message.startswith("no fit:")
@@ -155,7 +155,7 @@ def test_a_sweep_that_cannot_be_fitted_still_shows_its_points(engine: Engine) ->
 
 
 def test_tier_frames_measure_cost_per_session_second(seeded: Seeded, engine: Engine) -> None:
-    tiers = data.tier_frames(engine, month=MONTH)
+    tiers = breakeven_data.tier_frames(engine, month=MONTH)
     assert tiers.catalog_found
     assert set(tiers.measured["tier"]) == {"prototype", "scaled"}
     assert set(tiers.measured["concurrency"]) <= {1, 2, 4, 8}
@@ -183,12 +183,12 @@ def test_tier_catalog_parsing(tmp_path: Path) -> None:
         ' "sessions": [5, 20], "quoted": {"usd_per_1k_session_seconds": "0.12",'
         ' "usd_per_month": null}}}}'
     )
-    (tier,) = data.load_tier_catalog(path)
+    (tier,) = breakeven_data.load_tier_catalog(path)
     assert tier.name == "prototype"
     assert tier.instances == (1,)
     assert tier.sessions == (5.0, 20.0)
     assert tier.quoted_usd_per_1k_session_seconds == 0.12
     assert tier.quoted_usd_per_month is None
-    shipped = {t.name: t for t in data.load_tier_catalog()}
+    shipped = {t.name: t for t in breakeven_data.load_tier_catalog()}
     assert shipped["scaled"].instances == (2, 4)
-    assert data.load_tier_catalog(tmp_path / "missing.json") == []
+    assert breakeven_data.load_tier_catalog(tmp_path / "missing.json") == []
