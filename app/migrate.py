@@ -1,6 +1,6 @@
 """Schema migrations (Alembic) as functions the CLI and tests call."""
 
-from pathlib import Path
+from importlib import resources
 
 from alembic import command
 from alembic.config import Config
@@ -10,7 +10,8 @@ from sqlalchemy import Engine
 
 from app.domain.errors import Unavailable
 
-ROOT = Path(__file__).resolve().parents[1]
+SCRIPT_LOCATION = str(resources.files("migrations"))
+"""The migrations folder, wherever the package is installed (editable or not)."""
 
 
 class SchemaNotCurrent(Unavailable):
@@ -20,8 +21,10 @@ class SchemaNotCurrent(Unavailable):
 
 
 def alembic_config(url: str) -> Config:
-    config = Config(str(ROOT / "alembic.ini"))
-    config.set_main_option("script_location", str(ROOT / "migrations"))
+    """Alembic's configuration for ``url``, built in code: an installed package has no
+    alembic.ini (that file is for developers running ``alembic revision``)."""
+    config = Config()
+    config.set_main_option("script_location", SCRIPT_LOCATION)
     config.attributes["sqlalchemy.url"] = url
     return config
 
