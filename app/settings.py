@@ -6,9 +6,9 @@ Settings are passed in, never imported at module level: entry points call
 
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -24,11 +24,13 @@ class Settings(BaseSettings):
     )
     data_dir: Path = Field(
         Path(".specledger"),
-        description="Folder for the embedded database, engine logs, model cache and exports.",
+        description="Folder for the embedded database, engine configs and logs, model cache "
+        "and exports.",
     )
     database_url: str = Field(
         "sqlite+pysqlite:///./.specledger/specledger.db",
-        description="SQLAlchemy URL: a SQLite file (default) or postgresql+psycopg://user@host/db.",
+        description="SQLAlchemy URL: a SQLite file (default: specledger.db in the data dir) or "
+        "postgresql+psycopg://user@host/db.",
     )
     s3_endpoint_url: str | None = Field(
         None,
@@ -41,6 +43,27 @@ class Settings(BaseSettings):
     default_currency: str = Field(
         "USD", description="Currency used when a figure has no billing row to take one from."
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _database_in_data_dir(cls, values: Any) -> Any:
+        if isinstance(values, dict) and "database_url" not in values and "data_dir" in values:
+            values = {**values, "database_url": _sqlite_url(Path(values["data_dir"]))}
+        return values
+
+    @property
+    def engines_dir(self) -> Path:
+        """Engine configs, state files and logs."""
+        return self.data_dir / "engines"
+
+    @property
+    def models_dir(self) -> Path:
+        """Prepared models (the target and its drafts)."""
+        return self.data_dir / "models"
+
+
+def _sqlite_url(data_dir: Path) -> str:
+    return f"sqlite+pysqlite:///{data_dir / 'specledger.db'}"
 
 
 @lru_cache

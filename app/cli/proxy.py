@@ -13,7 +13,7 @@ import typer
 from pydantic import ValidationError
 from rich.console import Console
 
-from serving.engine.config import DEFAULT_ENGINES_DIR, engine_config_path, load_engine_config
+from serving.engine.config import engine_config_path, load_engine_config
 from serving.proxy.app import ProxyConfig, ReplicaSpec, create_proxy_app
 
 _err = Console(stderr=True)
@@ -99,8 +99,11 @@ def proxy(
         ),
     ] = None,
     engines_dir: Annotated[
-        Path, typer.Option(help="Folder of engine configs (for --engine).")
-    ] = DEFAULT_ENGINES_DIR,
+        Path | None,
+        typer.Option(
+            help="Folder of engine configs (for --engine); default: SPECLEDGER_DATA_DIR/engines."
+        ),
+    ] = None,
     log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "info",
 ) -> None:
     """Serve an OpenAI-compatible API that forwards to vLLM and meters every request.
@@ -115,6 +118,8 @@ def proxy(
     from app.cli._support import open_engine, user_errors
     from app.settings import get_settings
 
+    settings = get_settings()
+    engines_dir = engines_dir or settings.engines_dir
     replicas = [parse_replica(text) for text in replica or []]
     for name in engine or []:
         try:
@@ -126,7 +131,6 @@ def proxy(
         raise typer.BadParameter("give at least one --replica or --engine")
     if no_db and jsonl is None:
         raise typer.BadParameter("--no-db needs --jsonl, or the usage would go nowhere")
-    settings = get_settings()
     database_url = None if no_db else settings.database_url
     if database_url is not None:
         with user_errors(), open_engine(settings):
