@@ -21,338 +21,31 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
-import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
 import httpx
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from starlette.types import Send
 
 from app.db import make_engine
 from app.domain.gpu_seconds import ReplicaMeter
-from app.domain.usage import UsageStatus
-from serving.proxy.attribution import make_attribution
 from serving.proxy.config import ProxyConfig, ReplicaSpec
 from serving.proxy.metrics import ProxyMetrics
+from serving.proxy.relay import error_body, forward, forward_headers
 from serving.proxy.sink import UsageSink
-from serving.proxy.state import DOWN_FOR_NS, Clock, InFlight, ProxyState, ReplicaState
-from serving.proxy.vllm_metrics import parse_spec_decode_counters
+from serving.proxy.state import Clock, ProxyState, ReplicaState
 from serving.proxy.wire import (
     Endpoint,
-    ParsedResponse,
-    SseSplitter,
-    StreamTally,
-    TokenUsage,
-    parse_event,
-    parse_response,
-    response_tokens,
-    without_usage,
 )
 
-__all__ = ["ProxyConfig", "ReplicaSpec", "create_proxy_app", "scrape_spec_decode_counters"]
+__all__ = ["ProxyConfig", "ReplicaSpec", "create_proxy_app"]
 
 log = logging.getLogger(__name__)
-
-SESSION_HEADER = "X-Session-Id"
-EVENT_HEADER = "X-Event-Id"
-"""Response header naming the usage record of the request."""
-_HOP_BY_HOP = frozenset({
-    "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
-    "transfer-encoding", "upgrade", "host", "content-length", "accept-encoding",
-})  # fmt: skip
-_OWN_HEADERS = frozenset({"date", "server", "content-encoding"})
-"""Upstream response headers the proxy's server sets itself."""
-
-
-def _error_body(code: str, message: str) -> dict[str, Any]:
-    return {"error": {"code": code, "message": message, "type": code}}
-
-
-def _forward_headers(headers: Mapping[str, str]) -> dict[str, str]:
-    return {k: v for k, v in headers.items() if k.lower() not in _HOP_BY_HOP}
-
-
-def _response_headers(upstream: httpx.Response, request: InFlight) -> dict[str, str]:
-    headers = {
-        k: v
-        for k, v in upstream.headers.items()
-        if k.lower() not in _HOP_BY_HOP and k.lower() not in _OWN_HEADERS
-    }
-    headers[SESSION_HEADER] = request.attribution.session_id
-    headers[EVENT_HEADER] = request.event_id
-    return headers
-
-
-class _MeteredStream(StreamingResponse):
-    """A streaming response whose body generator is always closed in the sending task, so a
-    client that hangs up is seen (and the upstream request aborted) at once."""
-
-    async def stream_response(self, send: Send) -> None:
-        try:
-            await super().stream_response(send)
-        finally:
-            aclose = getattr(self.body_iterator, "aclose", None)
-            if aclose is not None:
-                with anyio.CancelScope(shield=True):
-                    await aclose()
-
-
-def _stream_options(body: dict[str, Any]) -> tuple[dict[str, Any], bool, bool]:
-    """The upstream body of a stream, and whether the client asked for the usage chunk and
-    for usage on every chunk."""
-    options = body.get("stream_options")
-    options = dict(options) if isinstance(options, Mapping) else {}
-    wants_usage = bool(options.get("include_usage"))
-    wants_every = wants_usage and bool(options.get("continuous_usage_stats"))
-    options.update(include_usage=True, continuous_usage_stats=True)
-    return {**body, "stream_options": options}, wants_usage, wants_every
-
-
-def _outcome(tally: StreamTally) -> tuple[UsageStatus, str | None]:
-    """How a stream that the model server ended (or ended with [DONE]) went."""
-    if tally.error is not None:
-        return UsageStatus.error, tally.error
-    if not tally.done:
-        return UsageStatus.error, "the model server ended the stream early"
-    return UsageStatus.ok, None
-
-
-async def _relay(
-    state: ProxyState,
-    request: InFlight,
-    upstream: httpx.Response,
-    *,
-    wants_usage: bool,
-    wants_every: bool,
-) -> AsyncIterator[bytes]:
-    """Pass a vLLM stream to the client event by event, metering the tokens each carries."""
-    splitter = SseSplitter()
-    tally = StreamTally()
-    status = UsageStatus.cancelled
-    error: str | None = "the client disconnected before the end"
-    try:
-        try:
-            async for data in upstream.aiter_raw():
-                now_ns = state.clock.now_ns()
-                out: list[bytes] = []
-                tokens = 0
-                for raw in splitter.feed(data):
-                    event = parse_event(raw)
-                    tokens += tally.observe(event)
-                    if event.payload is None or "usage" not in event.payload:
-                        out.append(raw)
-                    elif event.usage_only:
-                        if wants_usage:
-                            out.append(raw)
-                    else:
-                        out.append(raw if wants_every else without_usage(event))
-                if tokens:
-                    if request.first_token_ns is None and tally.completion_tokens:
-                        request.first_token_ns = now_ns
-                    state.chunk(request, tokens=tokens, at_ns=now_ns)
-                if tally.done:  # a client that hangs up once it has [DONE] got everything
-                    status, error = _outcome(tally)
-                if out:
-                    yield b"".join(out)
-            if splitter.pending.strip():
-                yield splitter.pending
-        except httpx.HTTPError as exc:
-            status, error = UsageStatus.error, f"upstream stream failed: {exc!r}"
-            yield (
-                b"data: "
-                + json.dumps(
-                    _error_body(
-                        "upstream_unavailable", f"the model server failed mid-stream: {exc}"
-                    )
-                ).encode()
-                + b"\n\ndata: [DONE]\n\n"
-            )
-        else:
-            status, error = _outcome(tally)
-    finally:
-        with anyio.CancelScope(shield=True):
-            await upstream.aclose()
-        state.finish(
-            request,
-            status=status,
-            usage=tally.usage(),
-            spec=tally.spec,
-            meter_tokens=tally.final_tokens(),
-            http_status=upstream.status_code,
-            error=error,
-        )
-
-
-async def _forward(state: ProxyState, http_request: Request, endpoint: Endpoint) -> Response:
-    raw = await http_request.body()
-    arrived_ns = state.clock.now_ns()
-    headers = http_request.headers
-    try:
-        attribution = make_attribution(
-            session_id=headers.get(SESSION_HEADER),
-            team=headers.get("X-Team"),
-            cost_center=headers.get("X-Cost-Center"),
-            tags_header=headers.get("X-Tags"),
-            new_session_id=uuid.uuid4().hex,
-        )
-    except ValueError as exc:
-        state.metrics.rejected("invalid_attribution")
-        return JSONResponse(_error_body("invalid_attribution", str(exc)), status_code=400)
-    try:
-        body = json.loads(raw)
-    except ValueError:
-        body = None
-    body = body if isinstance(body, dict) else None
-    model = body.get("model") if body else None
-    model = model if isinstance(model, str) else None
-    replica = state.pick(model)
-    if replica is None:
-        state.metrics.rejected("model_not_found")
-        return JSONResponse(
-            _error_body("model_not_found", f"no replica serves model {model!r}"),
-            status_code=404,
-            headers={SESSION_HEADER: attribution.session_id},
-        )
-    streamed = bool(body and body.get("stream"))
-    request = state.begin(
-        replica,
-        attribution=attribution,
-        endpoint=endpoint,
-        model=model or replica.spec.model or "",
-        streamed=streamed,
-        arrived_ns=arrived_ns,
-    )
-    wants_usage = wants_every = False
-    content = raw
-    if streamed and body is not None:
-        upstream_body, wants_usage, wants_every = _stream_options(body)
-        content = json.dumps(upstream_body).encode()
-    path = "/v1/completions" if endpoint is Endpoint.completions else "/v1/chat/completions"
-    upstream_request = state.client.build_request(
-        "POST", replica.spec.base_url + path, content=content, headers=_forward_headers(headers)
-    )
-    try:
-        upstream = await state.client.send(upstream_request, stream=True)
-    except httpx.HTTPError as exc:
-        return _unavailable(state, request, exc)
-    except BaseException:
-        state.finish(
-            request,
-            status=UsageStatus.cancelled,
-            usage=TokenUsage(),
-            spec=None,
-            meter_tokens=0,
-            http_status=None,
-            error="the client disconnected before the model server answered",
-        )
-        raise
-    response_headers = _response_headers(upstream, request)
-    if (
-        streamed
-        and upstream.status_code == 200
-        and upstream.headers.get("content-type", "").startswith("text/event-stream")
-    ):
-        return _MeteredStream(
-            _relay(state, request, upstream, wants_usage=wants_usage, wants_every=wants_every),
-            status_code=200,
-            headers=response_headers,
-        )
-    return await _complete(state, request, upstream, response_headers)
-
-
-async def _complete(
-    state: ProxyState, request: InFlight, upstream: httpx.Response, headers: dict[str, str]
-) -> Response:
-    """Read a whole response, meter it and hand it on unchanged."""
-    try:
-        try:
-            payload = await upstream.aread()
-        finally:
-            with anyio.CancelScope(shield=True):
-                await upstream.aclose()
-    except httpx.HTTPError as exc:
-        return _unavailable(state, request, exc)
-    except BaseException:
-        state.finish(
-            request,
-            status=UsageStatus.cancelled,
-            usage=TokenUsage(),
-            spec=None,
-            meter_tokens=0,
-            http_status=None,
-            error="the client disconnected before the response was complete",
-        )
-        raise
-    try:
-        parsed = parse_response(json.loads(payload))
-    except ValueError:
-        parsed = ParsedResponse(
-            usage=None, metrics=None, error=payload[:500].decode("utf-8", errors="replace") or None
-        )
-    ok = upstream.status_code == 200
-    metrics = parsed.metrics
-    if ok and metrics is not None and metrics.time_to_first_token_ms is not None:
-        request.first_token_ns = request.arrived_ns + int(metrics.time_to_first_token_ms * 1e6)
-    state.finish(
-        request,
-        status=UsageStatus.ok if ok else UsageStatus.error,
-        usage=parsed.usage or TokenUsage(),
-        spec=metrics.spec if metrics else None,
-        meter_tokens=response_tokens(parsed) if ok else 0,
-        http_status=upstream.status_code,
-        error=None if ok else parsed.error or f"HTTP {upstream.status_code}",
-    )
-    return Response(payload, status_code=upstream.status_code, headers=headers)
-
-
-def _unavailable(state: ProxyState, request: InFlight, exc: httpx.HTTPError) -> JSONResponse:
-    """A 503 for a replica that is down or timed out, recorded as an error."""
-    replica = request.replica
-    if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout):
-        replica.down_until_ns = state.clock.now_ns() + DOWN_FOR_NS
-    kind = "timed out" if isinstance(exc, httpx.TimeoutException) else "is unreachable"
-    message = f"the model server {replica.spec.replica_name} {kind}: {exc!r}"
-    log.warning("%s", message)
-    state.finish(
-        request,
-        status=UsageStatus.error,
-        usage=TokenUsage(),
-        spec=None,
-        meter_tokens=0,
-        http_status=503,
-        error=message,
-    )
-    return JSONResponse(
-        _error_body("upstream_unavailable", message),
-        status_code=503,
-        headers={SESSION_HEADER: request.attribution.session_id, EVENT_HEADER: request.event_id},
-    )
-
-
-async def scrape_spec_decode_counters(
-    base_url: str, client: httpx.AsyncClient | None = None
-) -> dict[str, int]:
-    """vLLM's speculative-decoding counters from a replica's ``/metrics``, summed over its
-    engines: ``num_drafts``, ``num_draft_tokens``, ``num_accepted_tokens``.
-
-    Raises:
-        httpx.HTTPError: If the page cannot be fetched.
-    """
-    url = base_url.rstrip("/").removesuffix("/v1") + "/metrics"
-    if client is None:
-        async with httpx.AsyncClient(timeout=10.0) as own:
-            response = await own.get(url)
-    else:
-        response = await client.get(url)
-    response.raise_for_status()
-    return parse_spec_decode_counters(response.text)
 
 
 def create_proxy_app(
@@ -417,12 +110,12 @@ def create_proxy_app(
     @app.post("/v1/completions")
     async def completions(request: Request) -> Response:
         """OpenAI completions, forwarded to a replica and metered."""
-        return await _forward(state_of(request), request, Endpoint.completions)
+        return await forward(state_of(request), request, Endpoint.completions)
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> Response:
         """OpenAI chat completions, forwarded to a replica and metered."""
-        return await _forward(state_of(request), request, Endpoint.chat_completions)
+        return await forward(state_of(request), request, Endpoint.chat_completions)
 
     @app.get("/v1/models")
     async def models(request: Request) -> Response:
@@ -452,7 +145,7 @@ async def _tick_forever(state: ProxyState) -> None:
 
 
 async def _models(state: ProxyState, request: Request) -> Response:
-    headers = _forward_headers(request.headers)
+    headers = forward_headers(request.headers)
 
     async def fetch(replica: ReplicaState) -> list[dict[str, Any]] | None:
         try:
@@ -466,7 +159,7 @@ async def _models(state: ProxyState, request: Request) -> Response:
     answers = await asyncio.gather(*(fetch(r) for r in state.replicas))
     if all(answer is None for answer in answers):
         return JSONResponse(
-            _error_body("upstream_unavailable", "no model server answered"), status_code=503
+            error_body("upstream_unavailable", "no model server answered"), status_code=503
         )
     seen: dict[str, dict[str, Any]] = {}
     for answer in answers:

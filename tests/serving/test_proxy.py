@@ -12,12 +12,8 @@ from sqlalchemy import func, select
 
 from app.models import ReplicaIdle
 from ingest.usage import load_usage
-from serving.proxy.app import (
-    ProxyConfig,
-    ReplicaSpec,
-    create_proxy_app,
-    scrape_spec_decode_counters,
-)
+from serving.proxy.app import ProxyConfig, ReplicaSpec, create_proxy_app
+from serving.proxy.relay import scrape_spec_decode_counters
 from tests.serving.fake_vllm import FakeVllm
 from tests.serving.proxy_helpers import assert_gpu_time_conserved, free_port, serve, usage_rows
 

@@ -21,12 +21,8 @@ from app.usage.schemas import record_from_json
 from serving.engine import launcher
 from serving.engine.config import EngineConfig, NgramSpeculation, NoSpeculation
 from serving.engine.model_prep import DEFAULT_CACHE_DIR, is_prepared, target_dir
-from serving.proxy.app import (
-    ProxyConfig,
-    ReplicaSpec,
-    create_proxy_app,
-    scrape_spec_decode_counters,
-)
+from serving.proxy.app import ProxyConfig, ReplicaSpec, create_proxy_app
+from serving.proxy.relay import scrape_spec_decode_counters
 from tests.serving.proxy_helpers import assert_gpu_time_conserved, free_port, serve, usage_rows
 
 ROOT = Path(__file__).resolve().parents[2]
