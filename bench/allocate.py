@@ -127,7 +127,7 @@ def child_duckdb(folder: str) -> None:
     import duckdb
 
     begin = time.perf_counter()
-    total = duckdb.sql(f"""
+    relation = duckdb.sql(f"""
         WITH rows AS (SELECT * FROM '{folder}/rows.parquet'),
              req AS (SELECT * FROM '{folder}/usage.parquet'),
              pairs AS (
@@ -139,7 +139,9 @@ def child_duckdb(folder: str) -> None:
                SELECT row_id, event_id, floor(cost * w / capacity)::BIGINT AS part,
                       cost * w / capacity - floor(cost * w / capacity) AS rem
                FROM pairs)
-        SELECT sum(part) FROM shares""").fetchall()[0]
+        SELECT sum(part) FROM shares""")
+    assert relation is not None
+    total = relation.fetchall()[0]
     seconds = time.perf_counter() - begin
     print(
         json.dumps(

@@ -11,6 +11,7 @@ Every figure is the median of several runs, with the lowest and highest in brack
 
 import argparse
 import contextlib
+import functools
 import json
 import os
 import statistics
@@ -45,7 +46,10 @@ def make_focus_table(rows: int, seed: int = 7) -> pa.Table:
     resource = np.arange(rows) // HOURS
     hour = np.arange(rows) % HOURS
     starts = np.datetime64("2026-11-01T00:00:00") + hour.astype("timedelta64[h]")
-    fmt = lambda a: np.char.add(np.datetime_as_string(a, unit="s"), "Z")  # noqa: E731
+
+    def fmt(instants: np.ndarray) -> np.ndarray:
+        return np.char.add(np.datetime_as_string(instants, unit="s"), "Z")
+
     prices = rng.choice(["5.672", "21.957642", "55.04", "0.0416", "1.006"], size=resources)
     quantity = np.round(rng.uniform(0.01, 1.0, size=rows), 6)
     cost = np.char.mod("%.6f", quantity * prices[resource].astype(float))
@@ -197,8 +201,8 @@ def main() -> None:
             bare_reads[fmt] = bare
             for db in ("sqlite", "postgresql"):
                 seconds, low, high = median_seconds(
-                    lambda d=db, p=path: ingest_once(url_for(d), p), args.runs
-                )  # type: ignore[misc]
+                    functools.partial(ingest_once, url_for(db), path), args.runs
+                )
                 results.append(
                     {
                         "format": fmt,
@@ -220,8 +224,8 @@ def main() -> None:
         rows = normalised(files["parquet"])
         for db in ("sqlite", "postgresql"):
             seconds, low, high = median_seconds(
-                lambda d=db: write_only(url_for(d), rows), args.runs
-            )  # type: ignore[misc]
+                functools.partial(write_only, url_for(db), rows), args.runs
+            )
             results.append(
                 {
                     "format": "normalised rows",
