@@ -1,8 +1,12 @@
-"""Database plumbing shared by SQLite and PostgreSQL: base class, engine, UTC times."""
+"""Database plumbing shared by SQLite and PostgreSQL: base class, engine, UTC times, enums
+stored as text, and the unit of work of a command."""
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
+from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import (
     BigInteger,
@@ -11,12 +15,15 @@ from sqlalchemy import (
     Engine,
     Integer,
     MetaData,
+    String,
     create_engine,
     event,
 )
 from sqlalchemy.engine import make_url
-from sqlalchemy.orm import DeclarativeBase
+from sqlalchemy.orm import DeclarativeBase, Session
 from sqlalchemy.types import TypeDecorator
+
+E = TypeVar("E", bound=StrEnum)
 
 NAMING_CONVENTION = {  # stable constraint names: needed for Alembic batch mode on SQLite
     "ix": "ix_%(column_0_label)s",
@@ -58,6 +65,29 @@ class UTCDateTime(TypeDecorator[datetime]):
         return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
+class StrEnumType(TypeDecorator[E]):
+    """A ``StrEnum`` stored as its value in a ``VARCHAR(length)``.
+
+    No database enum type or CHECK constraint: the schema (and Alembic's comparison of models
+    with migrations) sees a plain string column, and a new member needs no migration. A value
+    that is not a member is refused on the way in (``ValueError``) and on the way out.
+    """
+
+    impl = String
+    cache_ok = True
+
+    def __init__(self, enum: type[E], length: int) -> None:
+        super().__init__(length)
+        self.enum = enum
+        self.length = length
+
+    def process_bind_param(self, value: E | str | None, dialect: Dialect) -> str | None:
+        return None if value is None else self.enum(value).value
+
+    def process_result_value(self, value: str | None, dialect: Dialect) -> E | None:
+        return None if value is None else self.enum(value)
+
+
 def make_engine(url: str, **kwargs: Any) -> Engine:
     """Create an engine; for SQLite, create the file's folder and make transactions real."""
     parsed = make_url(url)
@@ -85,3 +115,11 @@ def _make_sqlite_transactional(engine: Engine) -> None:
     @event.listens_for(engine, "begin")
     def _on_begin(connection):  # type: ignore[no-untyped-def]
         connection.exec_driver_sql("BEGIN")
+
+
+@contextmanager
+def unit_of_work(engine: Engine) -> Iterator[Session]:
+    """One transaction for a command or job: committed if the block returns, rolled back if
+    it raises. Objects stay readable after the commit."""
+    with Session(engine, expire_on_commit=False) as session, session.begin():
+        yield session

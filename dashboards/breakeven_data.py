@@ -22,8 +22,9 @@ from app.domain.breakeven_report import breakeven_fit_as_dict, fit_breakeven
 from app.domain.breakeven_sweep import SweepPoint
 from app.domain.errors import InvalidInput
 from app.domain.periods import month_bounds
+from app.ledger.repository import current_run_id
 from app.models import Deployment, LedgerEntry, Sweep, SweepPointRecord, UsageRecord
-from dashboards.data import merged_intervals, run_id_of
+from dashboards.data import merged_intervals
 
 BOOTSTRAP_SAMPLES = 200
 TIER_CATALOG = "data/tiers.json"
@@ -300,7 +301,7 @@ def _measured_tiers(engine: Engine, month: str, team: str | None) -> pd.DataFram
     columns = ["tier", "concurrency", "usd_per_1k_session_seconds", "session_seconds"]
     start, end = month_bounds(month)
     with Session(engine) as session:
-        run_id = run_id_of(session, month)
+        run_id = current_run_id(session, month)
         if run_id is None:
             return pd.DataFrame(columns=columns)
         cost = (

@@ -17,20 +17,14 @@ from sqlalchemy.orm import Session
 from sqlalchemy.sql.elements import ColumnElement
 
 from app.allocation.repository import to_ns
+from app.domain.ledger import CostLabel, EntryKind
 from app.domain.periods import month_bounds
 from app.ledger.reconcile import reconcile
-from app.models import AllocationRun, LedgerEntry, UsageRecord
+from app.ledger.repository import allocated_months, current_run_id
+from app.models import LedgerEntry, UsageRecord
 
 HOUR_NS = 3_600 * 10**9
 """Bootstrap replicates when a sweep has no stored fit and the dashboard fits it (a few s)."""
-
-
-def run_id_of(session: Session, month: str) -> int | None:
-    return session.scalar(
-        select(AllocationRun.id).where(
-            AllocationRun.month == month, AllocationRun.status == "current"
-        )
-    )
 
 
 def _hour(engine: Engine, column: Any) -> ColumnElement[Any]:
@@ -47,17 +41,10 @@ def _utc(values: pd.Series) -> pd.Series:
 def months(engine: Engine) -> list[str]:
     """Months with a current allocation run or with usage, newest first."""
     with Session(engine) as session:
-        allocated = set(
-            session.scalars(
-                select(AllocationRun.month).where(
-                    AllocationRun.status == "current", AllocationRun.month.is_not(None)
-                )
-            )
-        )
+        found = set(allocated_months(session))
         first, last = session.execute(
             select(func.min(UsageRecord.arrived_at), func.max(UsageRecord.arrived_at))
         ).one()
-    found = {m for m in allocated if m}
     if first is not None and last is not None:
         year, month = first.year, first.month
         while (year, month) <= (last.year, last.month):
@@ -69,11 +56,9 @@ def months(engine: Engine) -> list[str]:
 def default_month(engine: Engine) -> str:
     """The newest month with an allocation run, else with usage, else the current month."""
     with Session(engine) as session:
-        allocated = session.scalar(
-            select(func.max(AllocationRun.month)).where(AllocationRun.status == "current")
-        )
+        allocated = allocated_months(session)
         if allocated:
-            return str(allocated)
+            return allocated[-1]
         latest = session.scalar(select(func.max(UsageRecord.arrived_at)))
     return f"{latest or datetime.now(UTC):%Y-%m}"
 
@@ -93,11 +78,11 @@ def teams(engine: Engine) -> list[str]:
 # ---------------------------------------------------------------------------------- cost
 
 
-def _team_label(kind: str, team: str | None) -> str:
-    if kind in ("idle", "unallocated"):
-        return f"({kind})"
+def _team_label(kind: EntryKind, team: str | None) -> str:
+    if kind in (EntryKind.idle, EntryKind.unallocated):
+        return CostLabel.of(kind)
     if team is None:
-        return "(shared)" if kind == "shared" else "(no team)"
+        return CostLabel.shared if kind is EntryKind.shared else CostLabel.no_team
     return team
 
 
@@ -111,7 +96,7 @@ def ledger_by_hour(engine: Engine, *, month: str, team: str | None = None) -> pd
     columns = ["period_start", "team", "kind", "currency", "effective_micros", "billed_micros"]
     start, _ = month_bounds(month)
     with Session(engine) as session:
-        run_id = run_id_of(session, month)
+        run_id = current_run_id(session, month)
         if run_id is None:
             return pd.DataFrame(columns=columns)
         hour = _hour(engine, LedgerEntry.charge_period_start).label("hour")
@@ -124,7 +109,7 @@ def ledger_by_hour(engine: Engine, *, month: str, team: str | None = None) -> pd
                 func.sum(LedgerEntry.effective_cost_micros),
                 func.sum(LedgerEntry.billed_cost_micros),
             )
-            .where(LedgerEntry.run_id == run_id, LedgerEntry.kind != "adjustment")
+            .where(LedgerEntry.run_id == run_id, LedgerEntry.kind != EntryKind.adjustment)
             .group_by(hour, LedgerEntry.team, LedgerEntry.kind, LedgerEntry.currency)
         )
         if team is not None:
@@ -176,7 +161,7 @@ def usage_by_hour(engine: Engine, *, month: str, team: str | None = None) -> pd.
         rows = session.execute(query).all()
     frame = pd.DataFrame(
         [
-            (h, d, _team_label("request", t), *(int(v or 0) for v in rest))
+            (h, d, _team_label(EntryKind.request, t), *(int(v or 0) for v in rest))
             for h, d, t, *rest in rows
         ],
         columns=columns,
@@ -239,7 +224,7 @@ def session_seconds_by_hour(engine: Engine, *, month: str, team: str | None = No
         rows = session.execute(query).all()
     if not rows:
         return pd.DataFrame(columns=["period_start", "team", "session_seconds"])
-    labels = [_team_label("request", r[0]) for r in rows]
+    labels = [_team_label(EntryKind.request, r[0]) for r in rows]
     keys = [(label, r[1]) for label, r in zip(labels, rows, strict=True)]
     merged = merged_intervals(keys, to_ns([r[2] for r in rows]), to_ns([r[3] for r in rows]))
     pieces = _seconds_per_hour(merged)
@@ -270,7 +255,7 @@ def reconciliation_frame(engine: Engine, *, month: str, team: str | None = None)
     ]
     if team is not None:
         with Session(engine) as session:
-            run_id = run_id_of(session, month)
+            run_id = current_run_id(session, month)
             rows = (
                 []
                 if run_id is None
@@ -283,22 +268,31 @@ def reconciliation_frame(engine: Engine, *, month: str, team: str | None = None)
                     .where(
                         LedgerEntry.run_id == run_id,
                         LedgerEntry.team == team,
-                        LedgerEntry.kind.in_(("request", "shared")),
+                        LedgerEntry.kind.in_((EntryKind.request, EntryKind.shared)),
                     )
                     .group_by(LedgerEntry.currency, LedgerEntry.kind)
                 ).all()
             )
-        sums: dict[str, dict[str, int]] = {}
+        sums: dict[str, dict[EntryKind, int]] = {}
         for currency, kind, micros in rows:
             sums.setdefault(currency, {})[kind] = int(micros)
         return pd.DataFrame(
             [
-                (c, pd.NA, parts.get("request", 0), parts.get("shared", 0), pd.NA, pd.NA, pd.NA)
+                (
+                    c,
+                    pd.NA,
+                    parts.get(EntryKind.request, 0),
+                    parts.get(EntryKind.shared, 0),
+                    pd.NA,
+                    pd.NA,
+                    pd.NA,
+                )
                 for c, parts in sorted(sums.items())
             ],
             columns=columns,
         )
-    result = reconcile(engine, month)
+    with Session(engine) as session:
+        result = reconcile(session, month)
     if result.run_id is None and not result.bill:
         return pd.DataFrame(columns=columns)
     by_currency = result.by_currency()
@@ -310,10 +304,10 @@ def reconciliation_frame(engine: Engine, *, month: str, team: str | None = None)
             (
                 currency,
                 bill.effective if bill else 0,
-                kinds.get("request", 0),
-                kinds.get("shared", 0),
-                kinds.get("idle", 0),
-                kinds.get("unallocated", 0),
+                kinds.get(EntryKind.request, 0),
+                kinds.get(EntryKind.shared, 0),
+                kinds.get(EntryKind.idle, 0),
+                kinds.get(EntryKind.unallocated, 0),
                 result.balanced,
             )
         )

@@ -6,28 +6,14 @@ Every billing row's entries sum exactly to its EffectiveCost and its BilledCost.
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from enum import StrEnum
 
 import numpy as np
 from numpy.typing import NDArray
 
 from app.domain.allocation import split_by_weight_arrays
+from app.domain.ledger import AllocationMethod, EntryKind, SharedPolicy
 
 I64 = NDArray[np.int64]
-
-
-class EntryKind(StrEnum):
-    request = "request"
-    idle = "idle"
-    shared = "shared"
-    unallocated = "unallocated"
-    adjustment = "adjustment"
-
-
-class SharedPolicy(StrEnum):
-    proportional = "proportional"  # by GPU-seconds of the requests in the row's charge period
-    even = "even"  # evenly across the teams active in the row's charge period
-    team = "team"  # all to one named team
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,8 +72,8 @@ class Entries:
         *,
         row_index: I64,
         usage_index: I64,
-        kind: str,
-        method: str,
+        kind: EntryKind,
+        method: AllocationMethod,
         team: NDArray[np.object_],
         gpu_ns: I64,
         effective: I64,
@@ -184,7 +170,7 @@ def allocate(
             row_index=unmatched,
             usage_index=np.full(len(unmatched), -1, np.int64),
             kind=EntryKind.unallocated,
-            method="none",
+            method=AllocationMethod.none,
             team=np.full(len(unmatched), None, object),
             gpu_ns=np.zeros(len(unmatched), np.int64),
             effective=rows.effective_micros[unmatched],
@@ -236,7 +222,7 @@ def _split_rows(
         row_index=req_rows[position],
         usage_index=req_usage[position],
         kind=EntryKind.request,
-        method="gpu_seconds",
+        method=AllocationMethod.gpu_seconds,
         team=np.asarray(usage.team, object)[req_usage[position]],
         gpu_ns=req_weight[position],
         effective=effective[is_request],
@@ -247,7 +233,7 @@ def _split_rows(
         row_index=idle_rows[idle_pos],
         usage_index=np.full(len(idle_pos), -1, np.int64),
         kind=EntryKind.idle,
-        method="gpu_seconds",
+        method=AllocationMethod.gpu_seconds,
         team=np.full(len(idle_pos), None, object),
         gpu_ns=idle_weight[idle_rows[idle_pos]],
         effective=effective[~is_request],
@@ -279,7 +265,7 @@ def _allocate_shared_by_team(
         row_index=np.full(n, r, np.int64),
         usage_index=np.full(n, -1, np.int64),
         kind=EntryKind.shared if teams else EntryKind.idle,
-        method=str(policy.shared_policy),
+        method=AllocationMethod.of_policy(policy.shared_policy),
         team=np.array(teams or [None], object),
         gpu_ns=np.zeros(n, np.int64),
         effective=effective,

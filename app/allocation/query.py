@@ -18,12 +18,21 @@ from sqlalchemy import ColumnElement, func, select
 from sqlalchemy.orm import Session
 
 from app.domain.allocation import split_by_weight
+from app.domain.ledger import TAG_PREFIX, CostLabel, Dimension, EntryKind
 from app.domain.windows import Step, TimeWindow, bucket_bounds
-from app.models import AllocationRun, LedgerEntry, UsageRecord
+from app.ledger.repository import current_run_ids
+from app.models import LedgerEntry, UsageRecord
 
-IDLE, UNALLOCATED, SHARED, ADJUSTMENT = "(idle)", "(unallocated)", "(shared)", "(adjustment)"
-NONE, UNTAGGED = "(none)", "(untagged)"
-_USAGE_DIMENSIONS = {"model", "method", "cost_center"}
+_ENTRY_COLUMNS: dict[str, Any] = {
+    Dimension.team: LedgerEntry.team,
+    Dimension.session: LedgerEntry.session_id,
+    Dimension.deployment: LedgerEntry.deployment,
+}
+_USAGE_COLUMNS: dict[str, Any] = {
+    Dimension.model: UsageRecord.model,
+    Dimension.method: UsageRecord.spec_method,
+    Dimension.cost_center: UsageRecord.cost_center,
+}
 
 
 class CostMetric(StrEnum):
@@ -101,7 +110,7 @@ def query_allocation(session: Session, query: AllocationQuery) -> AllocationResu
         if line is None:
             line = lines[line_key] = AllocationLine(start, end, properties, currency)
         line.cost_micros += amount
-        line.idle_micros += idle if kind != "idle" else amount
+        line.idle_micros += idle if kind != EntryKind.idle else amount
         line.gpu_ns += gpu_ns
     ordered = sorted(
         lines.values(),
@@ -113,15 +122,9 @@ def query_allocation(session: Session, query: AllocationQuery) -> AllocationResu
     return AllocationResult(ordered, dict(totals))
 
 
-def _current_runs() -> Any:
-    return select(AllocationRun.id).where(
-        AllocationRun.status == "current", AllocationRun.month.is_not(None)
-    )
-
-
 def _in_window(query: AllocationQuery) -> list[ColumnElement[bool]]:
     return [
-        LedgerEntry.run_id.in_(_current_runs()),
+        LedgerEntry.run_id.in_(current_run_ids()),
         LedgerEntry.charge_period_start >= query.window.start,
         LedgerEntry.charge_period_start < query.window.end,
     ]
@@ -129,19 +132,10 @@ def _in_window(query: AllocationQuery) -> list[ColumnElement[bool]]:
 
 def _dimension(dimension: str) -> Any:
     """The SQL expression of a dimension (a column, or a tag's value as text)."""
-    if dimension == "team":
-        return LedgerEntry.team
-    if dimension == "session":
-        return LedgerEntry.session_id
-    if dimension == "deployment":
-        return LedgerEntry.deployment
-    if dimension == "model":
-        return UsageRecord.model
-    if dimension == "method":
-        return UsageRecord.spec_method
-    if dimension == "cost_center":
-        return UsageRecord.cost_center
-    return UsageRecord.tags[dimension[4:]].as_string()
+    column = _ENTRY_COLUMNS.get(dimension, _USAGE_COLUMNS.get(dimension))
+    if column is not None:
+        return column
+    return UsageRecord.tags[dimension.removeprefix(TAG_PREFIX)].as_string()
 
 
 def _groups(
@@ -161,7 +155,7 @@ def _groups(
     statement = select(*grouped, func.sum(cost), func.sum(LedgerEntry.gpu_ns)).where(
         *_in_window(query)
     )
-    if any(d in _USAGE_DIMENSIONS or d.startswith("tag:") for d in query.aggregate):
+    if any(d in _USAGE_COLUMNS or d.startswith(TAG_PREFIX) for d in query.aggregate):
         statement = statement.outerjoin(UsageRecord, UsageRecord.event_id == LedgerEntry.event_id)
     if query.team is not None:
         statement = statement.where(LedgerEntry.team == query.team)
@@ -191,7 +185,7 @@ def _share_idle(
             select(LedgerEntry.billing_row_id, func.sum(cost))
             .where(
                 *_in_window(query),
-                LedgerEntry.kind == "idle",
+                LedgerEntry.kind == EntryKind.idle,
                 LedgerEntry.billing_row_id.is_not(None),
             )
             .group_by(LedgerEntry.billing_row_id)
@@ -205,7 +199,7 @@ def _share_idle(
             select(LedgerEntry.billing_row_id, func.sum(LedgerEntry.gpu_ns))
             .where(
                 *_in_window(query),
-                LedgerEntry.kind == "request",
+                LedgerEntry.kind == EntryKind.request,
                 LedgerEntry.billing_row_id.is_not(None),
             )
             .group_by(LedgerEntry.billing_row_id)
@@ -215,11 +209,11 @@ def _share_idle(
     out = {
         key: value
         for key, value in groups.items()
-        if not (key[1] == "idle" and key[4] in shared_rows)
+        if not (key[1] == EntryKind.idle and key[4] in shared_rows)
     }
     members: dict[int, list[_GroupKey]] = defaultdict(list)
     for key in out:
-        if key[1] == "request" and key[4] in shared_rows:
+        if key[1] == EntryKind.request and key[4] in shared_rows:
             members[key[4]].append(key)
     for row in shared_rows:
         weights: dict[tuple[str, ...], int] = {}
@@ -240,17 +234,19 @@ def _share_idle(
     return out
 
 
-def _label(dimension: str, kind: str, deployment: str | None, value: Any) -> str:
+def _label(dimension: str, kind: EntryKind, deployment: str | None, value: Any) -> str:
     """The name a line gets on one dimension: its value, or what kind of cost it is."""
-    if kind == "request":
+    if kind is EntryKind.request:
         if value is None:
-            return UNTAGGED if dimension.startswith("tag:") else NONE
+            return CostLabel.untagged if dimension.startswith(TAG_PREFIX) else CostLabel.none
         return str(value)
-    if kind == "idle":
-        return (deployment or IDLE) if dimension == "deployment" else IDLE
-    if kind == "unallocated":
-        return UNALLOCATED
-    placeholder = SHARED if kind == "shared" else ADJUSTMENT
-    if dimension in ("team", "deployment", "session") and value is not None:
+    if kind is EntryKind.idle:
+        return (
+            (deployment or CostLabel.idle) if dimension == Dimension.deployment else CostLabel.idle
+        )
+    if kind is EntryKind.unallocated:
+        return CostLabel.unallocated
+    # shared or adjustment: named by the entry's own team, deployment or session, if any
+    if dimension in _ENTRY_COLUMNS and value is not None:
         return str(value)
-    return placeholder
+    return CostLabel.of(kind)

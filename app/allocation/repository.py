@@ -10,7 +10,7 @@ import pyarrow as pa
 from sqlalchemy import DateTime, select, type_coerce
 from sqlalchemy.orm import Session
 
-from app.allocation.compute import DeploymentPolicy, SharedPolicy, Usage
+from app.allocation.compute import DeploymentPolicy, Usage
 from app.models import BillingDelivery, BillingRow, Deployment, Replica, UsageRecord
 
 
@@ -104,7 +104,7 @@ def registry(session: Session) -> Registry:
         d.name: DeploymentPolicy(
             d.name,
             sum(replica_gpus[d.name].values()),
-            SharedPolicy(d.shared_cost_policy),
+            d.shared_cost_policy,
             d.shared_cost_team,
             replica_gpus[d.name],
         )

@@ -14,10 +14,12 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from app.allocation.windowing import Window, compute_window
+from app.domain.ledger import AllocationMethod, EntryKind
 from app.domain.periods import month_bounds, next_month
+from app.ledger.repository import current_run_ids
 from app.models import AllocationRun, BillingDelivery, LedgerClosure, LedgerEntry
 
-Key = tuple[str, str | None, str | None, str | None, str]
+Key = tuple[EntryKind, str | None, str | None, str | None, str]
 """(kind, deployment, team, session_id, currency): the grain adjustments are kept at."""
 
 
@@ -88,7 +90,7 @@ def _has_adjustments(session: Session, month: str) -> bool:
         session.scalar(
             select(func.count())
             .select_from(LedgerEntry)
-            .where(LedgerEntry.corrects_month == month, LedgerEntry.kind == "adjustment")
+            .where(LedgerEntry.corrects_month == month, LedgerEntry.kind == EntryKind.adjustment)
         )
     )
 
@@ -104,7 +106,7 @@ def _aggregate_computed(
         usage_index = int(arrays["usage_index"][i])
         session_id = computed.usage.session_id[usage_index] if usage_index >= 0 else None
         key = (
-            str(arrays["kind"][i]),
+            EntryKind(arrays["kind"][i]),
             computed.matched[int(arrays["row_index"][i])][0],
             arrays["team"][i],
             session_id,
@@ -118,10 +120,10 @@ def _aggregate_computed(
 def _booked_for(session: Session, month: str, *, exclude_month: str) -> dict[Key, tuple[int, int]]:
     """What the ledger already holds for a month: its own entries plus adjustments to it
     booked in other months (the month being allocated is re-run, so it is left out)."""
-    own = (LedgerEntry.booked_month == month) & (LedgerEntry.kind != "adjustment")
+    own = (LedgerEntry.booked_month == month) & (LedgerEntry.kind != EntryKind.adjustment)
     later = (
         (LedgerEntry.corrects_month == month)
-        & (LedgerEntry.kind == "adjustment")
+        & (LedgerEntry.kind == EntryKind.adjustment)
         & (LedgerEntry.booked_month != exclude_month)
     )
     rows = session.execute(
@@ -135,8 +137,7 @@ def _booked_for(session: Session, month: str, *, exclude_month: str) -> dict[Key
             func.sum(LedgerEntry.effective_cost_micros),
             func.sum(LedgerEntry.billed_cost_micros),
         )
-        .join(AllocationRun, AllocationRun.id == LedgerEntry.run_id)
-        .where(AllocationRun.status == "current", own | later)
+        .where(LedgerEntry.run_id.in_(current_run_ids()), own | later)
         .group_by(
             LedgerEntry.kind,
             LedgerEntry.method,
@@ -148,8 +149,8 @@ def _booked_for(session: Session, month: str, *, exclude_month: str) -> dict[Key
     ).all()
     totals: dict[Key, list[int]] = defaultdict(lambda: [0, 0])
     for entry_kind, method, deployment, team, session_id, currency, eff, billed in rows:
-        # An adjustment keeps the kind it adjusts in its method: "restatement:<kind>".
-        base = method.split(":", 1)[1] if entry_kind == "adjustment" else entry_kind
+        # An adjustment keeps the kind it adjusts in its method.
+        base = method.restated_kind or entry_kind
         totals[(base, deployment, team, session_id, currency)][0] += int(eff)
         totals[(base, deployment, team, session_id, currency)][1] += int(billed)
     return {k: (v[0], v[1]) for k, v in totals.items()}
@@ -166,8 +167,8 @@ def _adjustment_table(
             "run_id": pa.array([run_id] * n, pa.int64()),
             "booked_month": pa.array([month] * n, text),
             "corrects_month": pa.array([corrects] * n, text),
-            "kind": pa.array(["adjustment"] * n, text),
-            "method": pa.array([f"restatement:{k[0]}" for k in keys], text),
+            "kind": pa.array([EntryKind.adjustment] * n, text),
+            "method": pa.array([AllocationMethod.restating(k[0]) for k in keys], text),
             "billing_row_id": pa.nulls(n, pa.int64()),
             "charge_period_start": pa.array([window.start if window else None] * n, stamp),
             "charge_period_end": pa.array([window.end if window else None] * n, stamp),

@@ -15,7 +15,7 @@ from app.allocation.schemas import (
 )
 from app.allocation.windowing import Window
 from app.auth.deps import AdminDep, PrincipalDep, team_scope
-from app.deps import EngineDep, SessionDep, SettingsDep
+from app.deps import SessionDep, SettingsDep
 from app.domain.periods import month_bounds
 from app.domain.windows import Step
 from app.errors import RESPONSES_READ, ErrorBody, InvalidParameter
@@ -116,7 +116,7 @@ def get_allocation(
     responses={**RESPONSES_READ, 409: {"model": ErrorBody, "description": "The month is closed."}},
 )
 def create_run(
-    body: AllocationRunCreate, engine: EngineDep, settings: SettingsDep, _admin: AdminDep
+    body: AllocationRunCreate, session: SessionDep, settings: SettingsDep, _admin: AdminDep
 ) -> AllocationRunRead:
     """Allocate a month (or an ad-hoc window) and replace its previous run (admin)."""
     if body.month:
@@ -126,7 +126,7 @@ def create_run(
     else:  # the schema's validator already refuses this
         raise InvalidParameter("body", "give month, or start and end")
     summary = service.run_allocation(
-        engine, window, share_idle=body.share_idle, tag_key=settings.billing_tag_key
+        session, window, share_idle=body.share_idle, tag_key=settings.billing_tag_key
     )
     return AllocationRunRead(
         run_id=summary.run_id,

@@ -29,7 +29,9 @@ from app.allocation.windowing import Window
 from app.auth.service import create_key
 from app.catalog import instance_prices
 from app.cli._support import err, open_engine, user_errors
+from app.db import unit_of_work
 from app.deployments.service import add_deployment, add_replica
+from app.domain.ledger import Dimension
 from app.domain.periods import month_bounds, month_of
 from app.ledger.costs import unit_costs
 from app.ledger.reconcile import reconcile
@@ -111,12 +113,13 @@ def run_demo(
     step(f"writing a synthetic FOCUS bill for {DEPLOYMENT} and ingesting it")
     _bill(engine, data_dir, started, finished)
     step(f"allocating {result.month}")
-    run_allocation(
-        engine,
-        Window(*month_bounds(result.month), result.month),
-        share_idle=False,
-        tag_key=settings.billing_tag_key,
-    )
+    with unit_of_work(engine) as session:
+        run_allocation(
+            session,
+            Window(*month_bounds(result.month), result.month),
+            share_idle=False,
+            tag_key=settings.billing_tag_key,
+        )
     result.summary = _summary(engine, result.month)
     return result
 
@@ -254,11 +257,13 @@ def _bill(engine: Engine, data_dir: Path, started: datetime, finished: datetime)
 
 def _summary(engine: Engine, month: str) -> list[str]:
     start, end = month_bounds(month)
-    balance = reconcile(engine, month)
+    with Session(engine) as session:
+        balance = reconcile(session, month)
+        costs = unit_costs(session, month=month, start=start, end=end, by=[Dimension.team])
     lines = [
         f"Reconciliation {month}: {'balanced to the micro' if balance.balanced else 'NOT balanced'}"
     ]
-    for line in unit_costs(engine, month=month, start=start, end=end, by=["team"]):
+    for line in costs:
         record = line.to_json(["team"])
         lines.append(
             f"  {record['team']:<14} cost {record['effective_cost']:>12}  "

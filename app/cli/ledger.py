@@ -11,7 +11,9 @@ from sqlalchemy.orm import Session
 from app.allocation.service import run_allocation
 from app.allocation.windowing import Window
 from app.cli._support import open_engine, user_errors
+from app.db import unit_of_work
 from app.deployments import service as registry
+from app.domain.ledger import Dimension, SharedPolicy
 from app.domain.money import format_micros
 from app.domain.periods import month_bounds
 from app.settings import get_settings
@@ -55,13 +57,13 @@ def deployments_add(
     ] = None,
     tier: Annotated[str | None, typer.Option(help="prototype, scaled or enterprise.")] = None,
     shared_policy: Annotated[
-        str,
+        SharedPolicy,
         typer.Option(
             help="How shared rows (networking, storage) "
             "are split: proportional (to GPU-seconds), "
             "even (across active teams) or team."
         ),
-    ] = "proportional",
+    ] = SharedPolicy.proportional,
     shared_team: Annotated[
         str | None, typer.Option(help="The team for --shared-policy team.")
     ] = None,
@@ -71,8 +73,7 @@ def deployments_add(
     with (
         user_errors(),
         open_engine(get_settings()) as engine,
-        Session(engine) as session,
-        session.begin(),
+        unit_of_work(engine) as session,
     ):
         registry.add_deployment(
             session,
@@ -99,8 +100,7 @@ def deployments_add_replica(
     with (
         user_errors(),
         open_engine(get_settings()) as engine,
-        Session(engine) as session,
-        session.begin(),
+        unit_of_work(engine) as session,
     ):
         registry.add_replica(
             session,
@@ -153,9 +153,9 @@ def allocate(
     """
     window = window_from(month, start, end)
     settings = get_settings()
-    with user_errors(), open_engine(settings) as engine:
+    with user_errors(), open_engine(settings) as engine, unit_of_work(engine) as session:
         summary = run_allocation(
-            engine, window, share_idle=share_idle, tag_key=settings.billing_tag_key
+            session, window, share_idle=share_idle, tag_key=settings.billing_tag_key
         )
     totals = {
         c: {k: format_micros(v) for k, v in kinds.items()} for c, kinds in summary.totals.items()
@@ -198,8 +198,8 @@ def ledger_close(
     from app.ledger.service import close_month
 
     month_window(month)
-    with user_errors(), open_engine(get_settings()) as engine:
-        closure = close_month(engine, month)
+    with user_errors(), open_engine(get_settings()) as engine, unit_of_work(engine) as session:
+        closure = close_month(session, month)
     typer.echo(f"{month} closed (run {closure.run_id})")
 
 
@@ -208,8 +208,8 @@ def ledger_closed() -> None:
     """List the closed months."""
     from app.ledger.service import closed_months
 
-    with open_engine(get_settings()) as engine:
-        for closure in closed_months(engine):
+    with open_engine(get_settings()) as engine, Session(engine) as session:
+        for closure in closed_months(session):
             typer.echo(
                 f"{closure.month}  closed {closure.closed_at:%Y-%m-%d %H:%M}Z  run {closure.run_id}"
             )
@@ -234,9 +234,9 @@ def costs(
 
     window = month_window(month)
     dimensions = [d.strip() for d in by.split(",") if d.strip()]
-    with user_errors(), open_engine(get_settings()) as engine:
+    with user_errors(), open_engine(get_settings()) as engine, Session(engine) as session:
         lines = unit_costs(
-            engine, month=month, start=window.start, end=window.end, by=dimensions, team=team
+            session, month=month, start=window.start, end=window.end, by=dimensions, team=team
         )
     records = [line.to_json(dimensions) for line in lines]
     if as_json:
@@ -267,8 +267,8 @@ def reconcile_cmd(
     from app.ledger.reconcile import reconcile, reconciliation_text
 
     month_window(month)
-    with open_engine(get_settings()) as engine:
-        result = reconcile(engine, month)
+    with open_engine(get_settings()) as engine, Session(engine) as session:
+        result = reconcile(session, month)
     typer.echo(json.dumps(result.to_json(), indent=2) if as_json else reconciliation_text(result))
     if not result.balanced:
         raise typer.Exit(1)
@@ -304,14 +304,14 @@ def export_chargeback(
     if fmt not in ("csv", "parquet", "focus"):
         raise typer.BadParameter("--format must be csv, parquet or focus")
     window = month_window(month)
-    with user_errors(), open_engine(get_settings()) as engine:
+    with user_errors(), open_engine(get_settings()) as engine, Session(engine) as session:
         if fmt == "focus":
-            table = focus_allocation_table(engine, month, team=team)
+            table = focus_allocation_table(session, month, team=team)
             write_table(table, out_path, "csv" if out_path.name.endswith(".csv") else "parquet")
         else:
-            by = ["cost_center" if by_cost_center else "team", "deployment"]
+            by = [Dimension.cost_center if by_cost_center else Dimension.team, Dimension.deployment]
             lines = unit_costs(
-                engine, month=month, start=window.start, end=window.end, by=by, team=team
+                session, month=month, start=window.start, end=window.end, by=by, team=team
             )
             table = chargeback_table(lines, by, month)
             write_table(table, out_path, fmt)

@@ -5,6 +5,7 @@ from typing import Literal
 
 from pydantic import Field
 
+from app.domain.ledger import SharedPolicy
 from app.kit.schemas import Schema
 
 
@@ -19,7 +20,7 @@ class DeploymentRead(Schema):
     name: str
     tag_value: str
     tier: str | None
-    shared_cost_policy: str
+    shared_cost_policy: SharedPolicy
     shared_cost_team: str | None
     """Shown to admin keys and to the named team's keys only."""
     created_at: datetime
@@ -31,7 +32,7 @@ class DeploymentCreate(Schema):
     tag_value: str | None = Field(None, min_length=1, max_length=256)
     """Value of the billing tag on this deployment's rows (default: the name)."""
     tier: Literal["prototype", "scaled", "enterprise"] | None = None
-    shared_policy: Literal["proportional", "even", "team"] = "proportional"
+    shared_policy: SharedPolicy = SharedPolicy.proportional
     """How shared rows (networking, storage) are split."""
     shared_team: str | None = Field(None, min_length=1, max_length=128)
 

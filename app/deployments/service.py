@@ -6,8 +6,8 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from app.allocation.compute import SharedPolicy
 from app.domain.errors import Conflict, Invalid, NotFound
+from app.domain.ledger import SharedPolicy
 from app.models import Deployment, Replica
 
 
@@ -29,7 +29,7 @@ def add_deployment(
     name: str,
     tag_value: str | None = None,
     tier: str | None = None,
-    shared_policy: str = "proportional",
+    shared_policy: str = SharedPolicy.proportional,
     shared_team: str | None = None,
 ) -> Deployment:
     """Register a deployment; its billing rows carry ``tag_value`` (default: its name)."""
@@ -47,7 +47,7 @@ def add_deployment(
         name=name,
         tag_value=tag_value or name,
         tier=tier,
-        shared_cost_policy=policy.value,
+        shared_cost_policy=policy,
         shared_cost_team=shared_team,
         created_at=datetime.now(UTC),
     )

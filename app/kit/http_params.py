@@ -7,12 +7,10 @@ from typing import Annotated, TypeVar
 from fastapi import Depends, Query
 
 from app.deps import NowDep
+from app.domain.ledger import Dimension
 from app.domain.periods import month_bounds
 from app.domain.windows import GRAMMAR, InvalidWindow, TimeWindow, parse_window
 from app.errors import InvalidParameter
-
-DIMENSIONS = ("team", "session", "deployment", "model", "method", "cost_center")
-"""What ``aggregate`` accepts, besides ``tag:KEY``."""
 
 MAX_LIMIT = 10_000
 _TAG_KEY = re.compile(r"^[\w .:/=+\-@]{1,128}$")
@@ -72,11 +70,11 @@ def parse_dimensions(text: str, field: str) -> tuple[str, ...]:
                     field,
                     f"{part!r} needs a tag key of 1-128 letters, digits, spaces or _ . : / = + - @",
                 )
-        elif part not in DIMENSIONS:
+        elif part not in tuple(Dimension):
             raise InvalidParameter(
                 field,
                 f"cannot aggregate by {part!r}; use "
-                f"{', '.join(DIMENSIONS)} or tag:KEY, comma-separated",
+                f"{', '.join(Dimension)} or tag:KEY, comma-separated",
             )
         seen.append(part)
     if not seen:

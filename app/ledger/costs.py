@@ -11,17 +11,16 @@ from datetime import datetime
 from typing import Any
 
 import numpy as np
-from sqlalchemy import Engine, func, select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from app.allocation.repository import to_ns
 from app.domain.errors import Invalid
+from app.domain.ledger import TAG_PREFIX, CostLabel, Dimension, EntryKind
 from app.domain.money import format_micros
 from app.domain.sessions import session_totals_arrays
-from app.models import AllocationRun, LedgerEntry, UsageRecord
-
-DIMENSIONS = ("team", "session", "deployment", "model", "method", "cost_center")
-IDLE, UNALLOCATED, SHARED = "(idle)", "(unallocated)", "(shared)"
+from app.ledger.repository import current_run_id
+from app.models import LedgerEntry, UsageRecord
 
 
 @dataclass
@@ -76,7 +75,7 @@ class CostLine:
 
 
 def unit_costs(
-    engine: Engine,
+    session: Session,
     *,
     month: str,
     start: datetime,
@@ -86,19 +85,14 @@ def unit_costs(
 ) -> list[CostLine]:
     """Cost lines grouped by ``by`` (dimensions or ``tag:KEY``); ``team`` filters to one team."""
     for dimension in by:
-        if dimension not in DIMENSIONS and not dimension.startswith("tag:"):
+        if dimension not in tuple(Dimension) and not dimension.startswith(TAG_PREFIX):
             raise Invalid(
-                f"cannot group by {dimension!r}; use one of {', '.join(DIMENSIONS)} or tag:KEY"
+                f"cannot group by {dimension!r}; use one of {', '.join(Dimension)} or tag:KEY"
             )
-    with Session(engine) as session:
-        run_id = session.scalar(
-            select(AllocationRun.id).where(
-                AllocationRun.month == month, AllocationRun.status == "current"
-            )
-        )
-        usage = _usage(session, start, end, team)
-        cost_by_event = _cost_by_event(session, run_id)
-        other = _other_entries(session, run_id, team)
+    run_id = current_run_id(session, month)
+    usage = _usage(session, start, end, team)
+    cost_by_event = _cost_by_event(session, run_id)
+    other = _other_entries(session, run_id, team)
     lines: dict[tuple[str, ...], CostLine] = {}
     _add_usage(lines, usage, cost_by_event, by)
     for kind, deployment, entry_team, eff, billed in other:
@@ -106,21 +100,21 @@ def unit_costs(
         line = lines.setdefault(key, CostLine(key))
         line.effective_micros += eff
         line.billed_micros += billed
-        if kind == "idle":
+        if kind is EntryKind.idle:
             line.idle_micros += eff
     return sorted(lines.values(), key=lambda line: line.key)
 
 
-def _other_key(dimension: str, kind: str, deployment: str | None, team: str | None) -> str:
-    if kind == "idle":
-        return deployment or IDLE if dimension == "deployment" else IDLE
-    if kind == "unallocated":
-        return UNALLOCATED
-    if dimension == "team":
-        return team or SHARED
-    if dimension == "deployment":
-        return deployment or SHARED
-    return SHARED
+def _other_key(dimension: str, kind: EntryKind, deployment: str | None, team: str | None) -> str:
+    if kind is EntryKind.idle:
+        return deployment or CostLabel.idle if dimension == Dimension.deployment else CostLabel.idle
+    if kind is EntryKind.unallocated:
+        return CostLabel.unallocated
+    if dimension == Dimension.team:
+        return team or CostLabel.shared
+    if dimension == Dimension.deployment:
+        return deployment or CostLabel.shared
+    return CostLabel.shared
 
 
 def _usage(session: Session, start: datetime, end: datetime, team: str | None) -> list[Any]:
@@ -149,7 +143,7 @@ def _cost_by_event(session: Session, run_id: int | None) -> dict[str, tuple[int,
 
 def _other_entries(
     session: Session, run_id: int | None, team: str | None
-) -> list[tuple[str, str | None, str | None, int, int]]:
+) -> list[tuple[EntryKind, str | None, str | None, int, int]]:
     """Entries not tied to a request: idle, shared (team-level) and unallocated."""
     if run_id is None:
         return []
@@ -164,7 +158,7 @@ def _other_entries(
         .where(
             LedgerEntry.run_id == run_id,
             LedgerEntry.event_id.is_(None),
-            LedgerEntry.kind != "adjustment",
+            LedgerEntry.kind != EntryKind.adjustment,
         )
         .group_by(LedgerEntry.kind, LedgerEntry.deployment, LedgerEntry.team)
     )
@@ -174,18 +168,18 @@ def _other_entries(
 
 
 def _key_of(record: UsageRecord, dimension: str) -> str:
-    if dimension.startswith("tag:"):
-        value = (record.tags or {}).get(dimension[4:])
-        return "(untagged)" if value is None else str(value)
+    if dimension.startswith(TAG_PREFIX):
+        value = (record.tags or {}).get(dimension.removeprefix(TAG_PREFIX))
+        return CostLabel.untagged if value is None else str(value)
     value = {
-        "team": record.team,
-        "session": record.session_id,
-        "deployment": record.deployment,
-        "model": record.model,
-        "method": record.spec_method,
-        "cost_center": record.cost_center,
-    }[dimension]
-    return "(none)" if value is None else str(value)
+        Dimension.team: record.team,
+        Dimension.session: record.session_id,
+        Dimension.deployment: record.deployment,
+        Dimension.model: record.model,
+        Dimension.method: record.spec_method,
+        Dimension.cost_center: record.cost_center,
+    }[Dimension(dimension)]
+    return CostLabel.none if value is None else str(value)
 
 
 def _add_usage(

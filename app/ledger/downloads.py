@@ -8,8 +8,9 @@ from enum import StrEnum
 import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
-from sqlalchemy import Engine
+from sqlalchemy.orm import Session
 
+from app.domain.ledger import Dimension
 from app.domain.periods import month_bounds
 from app.ledger.costs import unit_costs
 from app.ledger.export import chargeback_table, focus_allocation_table
@@ -30,7 +31,7 @@ class Download:
 
 
 def chargeback_file(
-    engine: Engine,
+    session: Session,
     *,
     month: str,
     fmt: ChargebackFormat,
@@ -39,12 +40,12 @@ def chargeback_file(
 ) -> Download:
     """The month's chargeback in ``fmt``; ``team`` keeps only that team's lines."""
     if fmt in (ChargebackFormat.focus_csv, ChargebackFormat.focus_parquet):
-        table = focus_allocation_table(engine, month, team=team)
+        table = focus_allocation_table(session, month, team=team)
         stem = f"focus-allocation-{month}"
     else:
         start, end = month_bounds(month)
-        by = ["cost_center" if by_cost_center else "team", "deployment"]
-        lines = unit_costs(engine, month=month, start=start, end=end, by=by, team=team)
+        by = [Dimension.cost_center if by_cost_center else Dimension.team, Dimension.deployment]
+        lines = unit_costs(session, month=month, start=start, end=end, by=by, team=team)
         table = chargeback_table(lines, by, month)
         stem = f"chargeback-{month}"
     if team is not None:

@@ -11,15 +11,17 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
-from sqlalchemy import Engine, select
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.domain.allocation import split_by_weight
 from app.domain.focus import TYPED_COLUMNS
+from app.domain.ledger import EntryKind
 from app.domain.money import micros_to_decimal
 from app.domain.periods import month_bounds
 from app.ledger.costs import CostLine
-from app.models import AllocationRun, BillingRow, LedgerEntry
+from app.ledger.repository import current_run_id
+from app.models import BillingRow, LedgerEntry
 
 MONEY = pa.decimal128(38, 6)
 FOCUS_OF_DB = {db: focus for focus, db in TYPED_COLUMNS.items()}
@@ -51,7 +53,7 @@ def write_table(table: pa.Table, out: Path, fmt: str) -> None:
         pacsv.write_csv(table, out)
 
 
-def focus_allocation_table(engine: Engine, month: str, *, team: str | None = None) -> pa.Table:
+def focus_allocation_table(session: Session, month: str, *, team: str | None = None) -> pa.Table:
     """FOCUS 1.3 rows, one per ledger entry of the month's run.
 
     Each row keeps its source row's FOCUS and ``x_`` columns; BilledCost and EffectiveCost
@@ -59,24 +61,19 @@ def focus_allocation_table(engine: Engine, month: str, *, team: str | None = Non
     largest remainder, so each source row's shares sum back to it exactly. Adjustments for a
     closed month (they have no source row) become ``Correction`` rows of their own.
     """
-    with Session(engine) as session:
-        run_id = session.scalar(
-            select(AllocationRun.id).where(
-                AllocationRun.month == month, AllocationRun.status == "current"
-            )
-        )
-        query = (
-            select(LedgerEntry, BillingRow)
-            .join(BillingRow, BillingRow.id == LedgerEntry.billing_row_id)
-            .where(LedgerEntry.run_id == run_id)
-            .order_by(LedgerEntry.billing_row_id, LedgerEntry.id)
-        )
-        pairs = session.execute(query).all()
-        adjustments = session.scalars(
-            select(LedgerEntry)
-            .where(LedgerEntry.run_id == run_id, LedgerEntry.billing_row_id.is_(None))
-            .order_by(LedgerEntry.id)
-        ).all()
+    run_id = current_run_id(session, month)
+    query = (
+        select(LedgerEntry, BillingRow)
+        .join(BillingRow, BillingRow.id == LedgerEntry.billing_row_id)
+        .where(LedgerEntry.run_id == run_id)
+        .order_by(LedgerEntry.billing_row_id, LedgerEntry.id)
+    )
+    pairs = session.execute(query).all()
+    adjustments = session.scalars(
+        select(LedgerEntry)
+        .where(LedgerEntry.run_id == run_id, LedgerEntry.billing_row_id.is_(None))
+        .order_by(LedgerEntry.id)
+    ).all()
     by_row: dict[int, list[tuple[LedgerEntry, BillingRow]]] = {}
     for entry, row in pairs:
         by_row.setdefault(row.id, []).append((entry, row))
@@ -108,10 +105,10 @@ def _focus_rows(shares: list[tuple[LedgerEntry, BillingRow]], run_id: int) -> li
                 "ListCost": micros_to_decimal(split_list.get(i, 0)),
                 "ContractedCost": micros_to_decimal(split_contracted.get(i, 0)),
                 "AllocatedMethodId": None
-                if entry.kind == "unallocated"
+                if entry.kind is EntryKind.unallocated
                 else f"specledger:{entry.method.replace('_', '-')}",
                 "AllocatedMethodDetails": None
-                if entry.kind == "unallocated"
+                if entry.kind is EntryKind.unallocated
                 else json.dumps(
                     {
                         "x_Kind": entry.kind,
@@ -120,7 +117,7 @@ def _focus_rows(shares: list[tuple[LedgerEntry, BillingRow]], run_id: int) -> li
                     }
                 ),
                 "AllocatedResourceId": entry.event_id
-                or (f"idle:{entry.deployment}" if entry.kind == "idle" else None),
+                or (f"idle:{entry.deployment}" if entry.kind is EntryKind.idle else None),
                 "AllocatedResourceName": entry.session_id,
                 "AllocatedTags": _allocated_tags(entry),
                 "x_SourceBillingRowId": row.id,
@@ -171,7 +168,7 @@ def _adjustment_row(
     """A restatement booked in ``month``: the change to a closed month's allocation after
     its billing was re-delivered. List and contracted cost are not restated (zero)."""
     start, end = month_bounds(month)
-    adjusted_kind = entry.method.split(":", 1)[-1]
+    adjusted_kind = entry.method.restated_kind
     return {
         **payer,
         "BillingPeriodStart": _focus_time(start),
@@ -199,7 +196,9 @@ def _adjustment_row(
                 "x_AllocationRunId": run_id,
             }
         ),
-        "AllocatedResourceId": f"idle:{entry.deployment}" if adjusted_kind == "idle" else None,
+        "AllocatedResourceId": f"idle:{entry.deployment}"
+        if adjusted_kind is EntryKind.idle
+        else None,
         "AllocatedResourceName": entry.session_id,
         "AllocatedTags": _allocated_tags(entry),
         "x_CorrectsMonth": entry.corrects_month,

@@ -4,14 +4,17 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Engine, func, select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from app.domain.ledger import CostLabel, EntryKind
 from app.domain.money import format_micros
 from app.domain.periods import month_bounds
-from app.models import AllocationRun, BillingDelivery, BillingRow, LedgerEntry
+from app.ledger.repository import current_run_id
+from app.models import BillingDelivery, BillingRow, LedgerEntry
 
-KINDS = ("request", "shared", "idle", "unallocated")
+KINDS = (EntryKind.request, EntryKind.shared, EntryKind.idle, EntryKind.unallocated)
+"""What a month's own run books, in report order (adjustments are kept apart)."""
 
 
 @dataclass
@@ -35,7 +38,7 @@ class Reconciliation:
     run_id: int | None
     bill: dict[str, Line] = field(default_factory=dict)
     """currency -> the month's bill (current deliveries)."""
-    ledger: dict[tuple[str, str | None, str], Line] = field(default_factory=dict)
+    ledger: dict[tuple[str, str | None, EntryKind], Line] = field(default_factory=dict)
     """(currency, deployment, kind) -> entries of the month's run (adjustments excluded)."""
     adjustments: dict[tuple[str, str], Line] = field(default_factory=dict)
     """(currency, corrected month) -> adjustments booked in this month."""
@@ -43,8 +46,8 @@ class Reconciliation:
     """Billing rows of the month with no entries (billing changed since the run)."""
     unallocated_rows: list[dict[str, Any]] = field(default_factory=list)
 
-    def by_currency(self) -> dict[str, dict[str, Line]]:
-        result: dict[str, dict[str, Line]] = defaultdict(lambda: {k: Line() for k in KINDS})
+    def by_currency(self) -> dict[str, dict[EntryKind, Line]]:
+        result: dict[str, dict[EntryKind, Line]] = defaultdict(lambda: {k: Line() for k in KINDS})
         for (currency, _, kind), line in self.ledger.items():
             result[currency][kind].add(line.effective, line.billed)
         return dict(result)
@@ -68,7 +71,9 @@ class Reconciliation:
         for (currency, deployment, kind), line in sorted(
             self.ledger.items(), key=lambda kv: tuple(str(x) for x in kv[0])
         ):
-            deployments[currency].setdefault(deployment or "(none)", {})[kind] = line.to_json()
+            deployments[currency].setdefault(deployment or CostLabel.none, {})[kind] = (
+                line.to_json()
+            )
         return {
             "month": self.month,
             "run_id": self.run_id,
@@ -90,97 +95,88 @@ class Reconciliation:
         }
 
 
-def reconcile(engine: Engine, month: str) -> Reconciliation:
+def reconcile(session: Session, month: str) -> Reconciliation:
     """Compare a month's bill with its ledger, per currency and deployment."""
     start, _ = month_bounds(month)
-    with Session(engine) as session:
-        run_id = session.scalar(
-            select(AllocationRun.id).where(
-                AllocationRun.month == month, AllocationRun.status == "current"
-            )
+    run_id = current_run_id(session, month)
+    result = Reconciliation(month, run_id)
+    current_rows = (
+        select(
+            BillingRow.id,
+            BillingRow.billing_currency,
+            BillingRow.effective_cost_micros,
+            BillingRow.billed_cost_micros,
         )
-        result = Reconciliation(month, run_id)
-        current_rows = (
-            select(
-                BillingRow.id,
-                BillingRow.billing_currency,
-                BillingRow.effective_cost_micros,
-                BillingRow.billed_cost_micros,
-            )
-            .join(BillingDelivery, BillingDelivery.id == BillingRow.delivery_id)
-            .where(
-                BillingDelivery.superseded_at.is_(None), BillingRow.billing_period_start == start
-            )
-        ).subquery()
-        for currency, eff, billed in session.execute(
-            select(
-                current_rows.c.billing_currency,
-                func.sum(func.coalesce(current_rows.c.effective_cost_micros, 0)),
-                func.sum(func.coalesce(current_rows.c.billed_cost_micros, 0)),
-            ).group_by(current_rows.c.billing_currency)
-        ):
-            result.bill[currency or ""] = Line(int(eff), int(billed))
-        if run_id is None:
-            result.pending_rows = (
-                session.scalar(select(func.count()).select_from(current_rows)) or 0
-            )
-            return result
-        for currency, deployment, kind, eff, billed in session.execute(
-            select(
-                LedgerEntry.currency,
-                LedgerEntry.deployment,
-                LedgerEntry.kind,
-                func.sum(LedgerEntry.effective_cost_micros),
-                func.sum(LedgerEntry.billed_cost_micros),
-            )
-            .where(LedgerEntry.run_id == run_id, LedgerEntry.kind != "adjustment")
-            .group_by(LedgerEntry.currency, LedgerEntry.deployment, LedgerEntry.kind)
-        ):
-            result.ledger[(currency, deployment, kind)] = Line(int(eff), int(billed))
-        for currency, corrects, eff, billed in session.execute(
-            select(
-                LedgerEntry.currency,
-                LedgerEntry.corrects_month,
-                func.sum(LedgerEntry.effective_cost_micros),
-                func.sum(LedgerEntry.billed_cost_micros),
-            )
-            .where(LedgerEntry.run_id == run_id, LedgerEntry.kind == "adjustment")
-            .group_by(LedgerEntry.currency, LedgerEntry.corrects_month)
-        ):
-            result.adjustments[(currency, corrects or "")] = Line(int(eff), int(billed))
-        allocated_ids = select(LedgerEntry.billing_row_id).where(
-            LedgerEntry.run_id == run_id, LedgerEntry.billing_row_id.is_not(None)
+        .join(BillingDelivery, BillingDelivery.id == BillingRow.delivery_id)
+        .where(BillingDelivery.superseded_at.is_(None), BillingRow.billing_period_start == start)
+    ).subquery()
+    for currency, eff, billed in session.execute(
+        select(
+            current_rows.c.billing_currency,
+            func.sum(func.coalesce(current_rows.c.effective_cost_micros, 0)),
+            func.sum(func.coalesce(current_rows.c.billed_cost_micros, 0)),
+        ).group_by(current_rows.c.billing_currency)
+    ):
+        result.bill[currency or ""] = Line(int(eff), int(billed))
+    if run_id is None:
+        result.pending_rows = session.scalar(select(func.count()).select_from(current_rows)) or 0
+        return result
+    for currency, deployment, kind, eff, billed in session.execute(
+        select(
+            LedgerEntry.currency,
+            LedgerEntry.deployment,
+            LedgerEntry.kind,
+            func.sum(LedgerEntry.effective_cost_micros),
+            func.sum(LedgerEntry.billed_cost_micros),
         )
-        result.pending_rows = (
-            session.scalar(
-                select(func.count())
-                .select_from(current_rows)
-                .where(current_rows.c.id.not_in(allocated_ids))
-            )
-            or 0
+        .where(LedgerEntry.run_id == run_id, LedgerEntry.kind != EntryKind.adjustment)
+        .group_by(LedgerEntry.currency, LedgerEntry.deployment, LedgerEntry.kind)
+    ):
+        result.ledger[(currency, deployment, kind)] = Line(int(eff), int(billed))
+    for currency, corrects, eff, billed in session.execute(
+        select(
+            LedgerEntry.currency,
+            LedgerEntry.corrects_month,
+            func.sum(LedgerEntry.effective_cost_micros),
+            func.sum(LedgerEntry.billed_cost_micros),
         )
-        result.unallocated_rows = [
-            {
-                "billing_row_id": r.id,
-                "charge_period_start": f"{r.charge_period_start:%Y-%m-%dT%H:%M:%SZ}"
-                if r.charge_period_start
-                else None,
-                "charge_category": r.charge_category,
-                "service_name": r.service_name,
-                "resource_id": r.resource_id,
-                "tags": r.tags,
-                "description": r.charge_description,
-                "currency": r.billing_currency,
-                "effective": format_micros(r.effective_cost_micros or 0),
-                "billed": format_micros(r.billed_cost_micros or 0),
-            }
-            for r in session.execute(
-                select(BillingRow)
-                .join(LedgerEntry, LedgerEntry.billing_row_id == BillingRow.id)
-                .where(LedgerEntry.run_id == run_id, LedgerEntry.kind == "unallocated")
-                .order_by(BillingRow.id)
-            ).scalars()
-        ]
+        .where(LedgerEntry.run_id == run_id, LedgerEntry.kind == EntryKind.adjustment)
+        .group_by(LedgerEntry.currency, LedgerEntry.corrects_month)
+    ):
+        result.adjustments[(currency, corrects or "")] = Line(int(eff), int(billed))
+    allocated_ids = select(LedgerEntry.billing_row_id).where(
+        LedgerEntry.run_id == run_id, LedgerEntry.billing_row_id.is_not(None)
+    )
+    result.pending_rows = (
+        session.scalar(
+            select(func.count())
+            .select_from(current_rows)
+            .where(current_rows.c.id.not_in(allocated_ids))
+        )
+        or 0
+    )
+    result.unallocated_rows = [
+        {
+            "billing_row_id": r.id,
+            "charge_period_start": f"{r.charge_period_start:%Y-%m-%dT%H:%M:%SZ}"
+            if r.charge_period_start
+            else None,
+            "charge_category": r.charge_category,
+            "service_name": r.service_name,
+            "resource_id": r.resource_id,
+            "tags": r.tags,
+            "description": r.charge_description,
+            "currency": r.billing_currency,
+            "effective": format_micros(r.effective_cost_micros or 0),
+            "billed": format_micros(r.billed_cost_micros or 0),
+        }
+        for r in session.execute(
+            select(BillingRow)
+            .join(LedgerEntry, LedgerEntry.billing_row_id == BillingRow.id)
+            .where(LedgerEntry.run_id == run_id, LedgerEntry.kind == EntryKind.unallocated)
+            .order_by(BillingRow.id)
+        ).scalars()
+    ]
     return result
 
 
@@ -191,11 +187,11 @@ def reconciliation_text(result: Reconciliation) -> str:
     ]
     for currency, kinds in sorted(result.by_currency().items()):
         bill = result.bill.get(currency, Line())
-        allocated = kinds["request"].effective + kinds["shared"].effective
+        allocated = kinds[EntryKind.request].effective + kinds[EntryKind.shared].effective
         lines.append(
             f"  {currency} bill {format_micros(bill.effective)} = allocated "
-            f"{format_micros(allocated)} + idle {format_micros(kinds['idle'].effective)}"
-            f" + unallocated {format_micros(kinds['unallocated'].effective)}  "
+            f"{format_micros(allocated)} + idle {format_micros(kinds[EntryKind.idle].effective)}"
+            f" + unallocated {format_micros(kinds[EntryKind.unallocated].effective)}  "
             f"(EffectiveCost; BilledCost bill {format_micros(bill.billed)})"
         )
     for (currency, deployment, kind), line in sorted(

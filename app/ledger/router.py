@@ -6,7 +6,7 @@ from fastapi import APIRouter, Query
 from fastapi.responses import Response
 
 from app.auth.deps import AdminDep, PrincipalDep, team_scope
-from app.deps import EngineDep
+from app.deps import SessionDep
 from app.domain.periods import month_bounds
 from app.errors import RESPONSES_READ, ErrorBody
 from app.kit.http_params import MonthDep, PageDep, parse_dimensions
@@ -37,7 +37,7 @@ TeamQuery = Annotated[
     responses={**RESPONSES_READ, 200: {"content": {"text/csv": {}}}},
 )
 def get_costs(
-    engine: EngineDep,
+    session: SessionDep,
     principal: PrincipalDep,
     month: MonthDep,
     page: PageDep,
@@ -57,7 +57,7 @@ def get_costs(
     dimensions = parse_dimensions(by, "query.by")
     start, end = month_bounds(month)
     lines = unit_costs(
-        engine,
+        session,
         month=month,
         start=start,
         end=end,
@@ -80,10 +80,12 @@ def get_costs(
 
 
 @router.get("/reconciliation", response_model=ReconciliationRead, responses=RESPONSES_READ)
-def get_reconciliation(engine: EngineDep, month: MonthDep, _admin: AdminDep) -> ReconciliationRead:
+def get_reconciliation(
+    session: SessionDep, month: MonthDep, _admin: AdminDep
+) -> ReconciliationRead:
     """Check that the month's bill equals allocated + idle + unallocated, to the micro
     (admin: it covers the whole bill)."""
-    return ReconciliationRead.model_validate(reconcile(engine, month).to_json())
+    return ReconciliationRead.model_validate(reconcile(session, month).to_json())
 
 
 @router.get(
@@ -98,7 +100,7 @@ def get_reconciliation(engine: EngineDep, month: MonthDep, _admin: AdminDep) -> 
     },
 )
 def get_chargeback(
-    engine: EngineDep,
+    session: SessionDep,
     principal: PrincipalDep,
     month: MonthDep,
     format: Annotated[
@@ -115,7 +117,7 @@ def get_chargeback(
 ) -> Response:
     """Download the month's chargeback; totals equal the reconciliation."""
     file = downloads.chargeback_file(
-        engine,
+        session,
         month=month,
         fmt=format,
         team=team_scope(principal, team),
@@ -125,9 +127,9 @@ def get_chargeback(
 
 
 @router.get("/ledger/closures", response_model=list[ClosureRead], responses=RESPONSES_READ)
-def get_closures(engine: EngineDep, _principal: PrincipalDep) -> list[ClosureRead]:
+def get_closures(session: SessionDep, _principal: PrincipalDep) -> list[ClosureRead]:
     """The closed months."""
-    return [ClosureRead.model_validate(closure) for closure in closed_months(engine)]
+    return [ClosureRead.model_validate(closure) for closure in closed_months(session)]
 
 
 @router.post(
@@ -139,7 +141,7 @@ def get_closures(engine: EngineDep, _principal: PrincipalDep) -> list[ClosureRea
         409: {"model": ErrorBody, "description": "Already closed, or never allocated."},
     },
 )
-def create_closure(body: ClosureCreate, engine: EngineDep, _admin: AdminDep) -> ClosureRead:
+def create_closure(body: ClosureCreate, session: SessionDep, _admin: AdminDep) -> ClosureRead:
     """Close a month: its ledger can never change again (admin)."""
-    closure = close_month(engine, body.month)
+    closure = close_month(session, body.month)
     return ClosureRead.model_validate(closure)

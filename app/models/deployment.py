@@ -6,7 +6,8 @@ from typing import Any
 from sqlalchemy import ForeignKey, Integer, String, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column
 
-from app.db import Base, BigIntId, UTCDateTime
+from app.db import Base, BigIntId, StrEnumType, UTCDateTime
+from app.domain.ledger import SharedPolicy
 from app.models.billing import JsonType
 
 
@@ -18,8 +19,10 @@ class Deployment(Base):
     tag_value: Mapped[str] = mapped_column(String(256))
     """Value of the billing tag (``SPECLEDGER_BILLING_TAG_KEY``) on this deployment's rows."""
     tier: Mapped[str | None] = mapped_column(String(32), nullable=True)
-    shared_cost_policy: Mapped[str] = mapped_column(String(16), default="proportional")
-    """How shared rows (networking, storage) are split: proportional, even or team."""
+    shared_cost_policy: Mapped[SharedPolicy] = mapped_column(
+        StrEnumType(SharedPolicy, 16), default=SharedPolicy.proportional
+    )
+    """How shared rows (networking, storage) are split."""
     shared_cost_team: Mapped[str | None] = mapped_column(String(128), nullable=True)
     engine_config: Mapped[dict[str, Any] | None] = mapped_column(JsonType, nullable=True)
     """The vLLM engine config of its replicas, incl. a fitted speculation schedule."""

@@ -6,7 +6,8 @@ from typing import Any
 from sqlalchemy import BigInteger, ForeignKey, Index, Integer, String
 from sqlalchemy.orm import Mapped, mapped_column
 
-from app.db import Base, BigIntId, UTCDateTime
+from app.db import Base, BigIntId, StrEnumType, UTCDateTime
+from app.domain.ledger import AllocationMethod, EntryKind, RunStatus
 from app.models.billing import JsonType
 
 
@@ -21,8 +22,7 @@ class AllocationRun(Base):
     window_start: Mapped[datetime] = mapped_column(UTCDateTime())
     window_end: Mapped[datetime] = mapped_column(UTCDateTime())
     share_idle: Mapped[bool]
-    status: Mapped[str] = mapped_column(String(16))
-    """``current`` or ``replaced``."""
+    status: Mapped[RunStatus] = mapped_column(StrEnumType(RunStatus, 16))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime())
     replaced_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
     entry_count: Mapped[int] = mapped_column(Integer, default=0)
@@ -47,10 +47,9 @@ class LedgerEntry(Base):
     """The accounting month (``YYYY-MM``) the entry belongs to."""
     corrects_month: Mapped[str | None] = mapped_column(String(7), nullable=True)
     """For adjustments: the closed month whose allocation this entry corrects."""
-    kind: Mapped[str] = mapped_column(String(16))
-    """``request``, ``idle``, ``shared``, ``unallocated`` or ``adjustment``."""
-    method: Mapped[str] = mapped_column(String(32))
-    """How the share was computed: gpu_seconds, proportional, even, team, none, restatement."""
+    kind: Mapped[EntryKind] = mapped_column(StrEnumType(EntryKind, 16))
+    method: Mapped[AllocationMethod] = mapped_column(StrEnumType(AllocationMethod, 32))
+    """How the share was computed; an adjustment's names the kind it restates."""
     billing_row_id: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     charge_period_start: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
     charge_period_end: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)

@@ -8,7 +8,6 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
 
 from sqlalchemy import ColumnElement, func, select
 from sqlalchemy.orm import Session
@@ -16,7 +15,8 @@ from sqlalchemy.orm import Session
 from app.domain.sessions import union_length
 from app.domain.usage import UsageEvent
 from app.domain.windows import TimeWindow
-from app.models import AllocationRun, LedgerEntry, UsageRecord
+from app.ledger.repository import current_run_ids
+from app.models import LedgerEntry, UsageRecord
 from app.usage.repository import insert_usage
 
 
@@ -51,12 +51,6 @@ class SessionSummary:
 class SessionList:
     items: list[SessionSummary]
     total: int
-
-
-def _current_runs() -> Any:
-    return select(AllocationRun.id).where(
-        AllocationRun.status == "current", AllocationRun.month.is_not(None)
-    )
 
 
 def _usage_filter(window: TimeWindow | None, team: str | None) -> list[ColumnElement[bool]]:
@@ -144,7 +138,7 @@ def _add_intervals_and_costs(
             func.sum(LedgerEntry.billed_cost_micros),
         )
         .join(LedgerEntry, LedgerEntry.event_id == UsageRecord.event_id)
-        .where(*scoped, LedgerEntry.run_id.in_(_current_runs()))
+        .where(*scoped, LedgerEntry.run_id.in_(current_run_ids()))
         .group_by(UsageRecord.session_id, UsageRecord.team)
     ):
         if (sid, team) in summaries:
@@ -195,7 +189,7 @@ def get_session(
                 func.sum(LedgerEntry.billed_cost_micros),
             )
             .join(UsageRecord, UsageRecord.event_id == LedgerEntry.event_id)
-            .where(*conditions, LedgerEntry.run_id.in_(_current_runs()))
+            .where(*conditions, LedgerEntry.run_id.in_(current_run_ids()))
             .group_by(LedgerEntry.event_id)
         )
     }

@@ -14,6 +14,7 @@ from typing import Any
 from sqlalchemy import ColumnElement, func, select
 from sqlalchemy.orm import Session
 
+from app.domain.ledger import CostLabel, EntryKind
 from app.domain.waste import (
     AcceptanceGroup,
     BreakevenExposure,
@@ -26,7 +27,8 @@ from app.domain.waste import (
     low_acceptance_findings,
 )
 from app.domain.windows import TimeWindow
-from app.models import AllocationRun, Deployment, LedgerEntry, Replica, UsageRecord
+from app.ledger.repository import current_run_ids
+from app.models import Deployment, LedgerEntry, Replica, UsageRecord
 from app.sweeps.service import breakeven_curves
 
 
@@ -37,12 +39,6 @@ class WasteReport:
     """The part of the window that has passed: the basis of the monthly estimates."""
     currency: str
     findings: list[Finding]
-
-
-def _current_runs() -> Any:
-    return select(AllocationRun.id).where(
-        AllocationRun.status == "current", AllocationRun.month.is_not(None)
-    )
 
 
 def find_waste(
@@ -69,7 +65,7 @@ def find_waste(
             LedgerEntry.event_id.label("event_id"),
             func.sum(LedgerEntry.effective_cost_micros).label("cost"),
         )
-        .where(LedgerEntry.run_id.in_(_current_runs()), LedgerEntry.event_id.is_not(None))
+        .where(LedgerEntry.run_id.in_(current_run_ids()), LedgerEntry.event_id.is_not(None))
         .group_by(LedgerEntry.event_id)
         .subquery()
     )
@@ -116,7 +112,7 @@ def _acceptance_groups(
     return [
         AcceptanceGroup(
             scope=scope,
-            key="(none)" if key is None else str(key),
+            key=CostLabel.none if key is None else str(key),
             method=low_method if low_method == high_method else "mixed",
             k=None if k is None else int(k),
             requests=int(n),
@@ -170,10 +166,10 @@ def _above(
 
 def _idle(session: Session, window: TimeWindow) -> list[IdleExposure]:
     in_window = [
-        LedgerEntry.run_id.in_(_current_runs()),
+        LedgerEntry.run_id.in_(current_run_ids()),
         LedgerEntry.charge_period_start >= window.start,
         LedgerEntry.charge_period_start < window.end,
-        LedgerEntry.kind.in_(("request", "idle")),
+        LedgerEntry.kind.in_((EntryKind.request, EntryKind.idle)),
         LedgerEntry.deployment.is_not(None),
     ]
     totals: dict[str, list[int]] = {}
@@ -186,7 +182,7 @@ def _idle(session: Session, window: TimeWindow) -> list[IdleExposure]:
     ):
         entry = totals.setdefault(str(deployment), [0, 0])
         entry[1] += int(amount or 0)
-        if kind == "idle":
+        if kind is EntryKind.idle:
             entry[0] += int(amount or 0)
     replicas = Counter(
         name
@@ -206,7 +202,7 @@ def _currency(session: Session, window: TimeWindow) -> str | None:
     return session.scalar(
         select(LedgerEntry.currency)
         .where(
-            LedgerEntry.run_id.in_(_current_runs()),
+            LedgerEntry.run_id.in_(current_run_ids()),
             LedgerEntry.charge_period_start >= window.start,
             LedgerEntry.charge_period_start < window.end,
         )

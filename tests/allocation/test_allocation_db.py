@@ -4,11 +4,15 @@ from pathlib import Path
 
 import pytest
 from sqlalchemy import Engine, func, select
+from sqlalchemy.exc import StatementError
 from sqlalchemy.orm import Session
 
-from app.allocation.service import Window, run_allocation
+from app.allocation.service import RunSummary, Window, run_allocation
 from app.cli.ledger import month_window
+from app.db import unit_of_work
 from app.deployments.service import add_deployment, add_replica
+from app.domain.ledger import AllocationMethod, EntryKind, RunStatus
+from app.ledger.repository import allocated_months, current_run_id
 from app.models import AllocationRun, BillingRow, LedgerEntry
 from ingest.service import IngestOptions, ingest_billing
 from tests.factories import at, insert_usage, usage_record
@@ -51,6 +55,11 @@ def october(engine: Engine, tmp_path: Path) -> Engine:
     return engine
 
 
+def _allocate(engine: Engine, window: Window, *, share_idle: bool = False) -> RunSummary:
+    with unit_of_work(engine) as session:
+        return run_allocation(session, window, share_idle=share_idle, tag_key=TAG)
+
+
 def _per_row_sums(engine: Engine) -> list[tuple[int, int, int, int, int]]:
     with engine.connect() as conn:
         return [
@@ -72,7 +81,7 @@ def _per_row_sums(engine: Engine) -> list[tuple[int, int, int, int, int]]:
 
 
 def test_every_row_is_split_exactly(october: Engine) -> None:
-    summary = run_allocation(october, month_window("2026-10"), share_idle=False, tag_key=TAG)
+    summary = _allocate(october, month_window("2026-10"))
 
     sums = _per_row_sums(october)
     assert len(sums) == 5
@@ -85,7 +94,7 @@ def test_every_row_is_split_exactly(october: Engine) -> None:
 
 
 def test_gpu_seconds_drive_the_split(october: Engine) -> None:
-    run_allocation(october, month_window("2026-10"), share_idle=False, tag_key=TAG)
+    _allocate(october, month_window("2026-10"))
     with october.connect() as conn:
         hour0 = conn.execute(
             select(
@@ -111,7 +120,7 @@ def test_gpu_seconds_drive_the_split(october: Engine) -> None:
 
 
 def test_hour_without_requests_is_all_idle_and_share_idle_moves_cost(october: Engine) -> None:
-    run_allocation(october, month_window("2026-10"), share_idle=True, tag_key=TAG)
+    _allocate(october, month_window("2026-10"), share_idle=True)
     with october.connect() as conn:
         kinds = dict(
             conn.execute(
@@ -128,8 +137,8 @@ def test_hour_without_requests_is_all_idle_and_share_idle_moves_cost(october: En
 
 
 def test_rerun_of_an_open_month_replaces_its_entries(october: Engine) -> None:
-    first = run_allocation(october, month_window("2026-10"), share_idle=False, tag_key=TAG)
-    second = run_allocation(october, month_window("2026-10"), share_idle=True, tag_key=TAG)
+    first = _allocate(october, month_window("2026-10"))
+    second = _allocate(october, month_window("2026-10"), share_idle=True)
 
     assert second.replaced_run_id == first.run_id
     with october.connect() as conn:
@@ -141,9 +150,39 @@ def test_rerun_of_an_open_month_replaces_its_entries(october: Engine) -> None:
         )
     assert runs == {first.run_id: "replaced", second.run_id: "current"}
     assert list(by_run) == [second.run_id]
+    with Session(october) as session:
+        assert current_run_id(session, "2026-10") == second.run_id
+        assert current_run_id(session, "2026-09") is None
+        assert allocated_months(session) == ["2026-10"]
 
 
 def test_adhoc_window_allocates_by_charge_period(october: Engine) -> None:
-    summary = run_allocation(october, Window(at(1), at(3)), share_idle=False, tag_key=TAG)
+    summary = _allocate(october, Window(at(1), at(3)))
     assert summary.rows == 2
     assert sum(summary.totals["USD"].values()) == 2 * 5_672_000
+    again = _allocate(october, Window(at(1), at(3)))
+    assert again.replaced_run_id == summary.run_id
+    with Session(october) as session:  # an ad-hoc window is never a month's ledger of record
+        assert allocated_months(session) == []
+
+
+def test_a_run_is_written_in_the_callers_unit_of_work(october: Engine) -> None:
+    with Session(october) as session:
+        summary = run_allocation(session, month_window("2026-10"), share_idle=False, tag_key=TAG)
+        assert current_run_id(session, "2026-10") == summary.run_id
+        session.rollback()
+    with Session(october) as session:
+        assert current_run_id(session, "2026-10") is None
+        assert session.scalar(select(func.count()).select_from(LedgerEntry)) == 0
+
+
+def test_kind_method_and_status_read_back_as_the_ledger_enums(october: Engine) -> None:
+    summary = _allocate(october, month_window("2026-10"))
+    with Session(october) as session:
+        entries = session.scalars(select(LedgerEntry).where(LedgerEntry.run_id == summary.run_id))
+        assert {(type(e.kind), type(e.method)) for e in entries} == {(EntryKind, AllocationMethod)}
+        run = session.get(AllocationRun, summary.run_id)
+        assert run is not None
+        assert run.status is RunStatus.current
+        with pytest.raises(StatementError, match="not a valid EntryKind"):
+            session.scalar(select(func.count()).where(LedgerEntry.kind == "bogus"))

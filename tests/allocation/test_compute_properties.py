@@ -3,16 +3,12 @@
 from fractions import Fraction
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.allocation.compute import (
-    BillingRows,
-    DeploymentPolicy,
-    SharedPolicy,
-    Usage,
-    allocate,
-)
+from app.allocation.compute import BillingRows, DeploymentPolicy, Usage, allocate
+from app.domain.ledger import AllocationMethod, CostLabel, EntryKind, SharedPolicy
 
 HOUR = 3_600 * 10**9
 money = st.integers(min_value=-(10**12), max_value=10**12)
@@ -123,3 +119,19 @@ def test_requests_get_their_gpu_share_within_one_micro(scenario) -> None:  # typ
             assert abs(amount - exact) < 1
         requests = entries["usage_index"][mine & (entries["kind"] == "request")]
         assert all(usage[u]["deployment"] == row["deployment"] for u in requests)
+
+
+def test_every_method_the_allocation_writes_is_a_ledger_method() -> None:
+    """The methods and kinds the core writes fit the typed ledger columns; an adjustment's
+    method names the kind it restates."""
+    assert {AllocationMethod.of_policy(policy) for policy in SharedPolicy} <= set(AllocationMethod)
+    for kind in EntryKind:
+        if kind is EntryKind.adjustment:
+            with pytest.raises(ValueError, match="restatement:adjustment"):
+                AllocationMethod.restating(kind)
+            continue
+        assert AllocationMethod.restating(kind).restated_kind is kind
+    assert AllocationMethod.gpu_seconds.restated_kind is None
+    assert CostLabel.of(EntryKind.idle) == "(idle)"
+    with pytest.raises(KeyError):
+        CostLabel.of(EntryKind.request)

@@ -10,8 +10,9 @@ from sqlalchemy import Engine, delete, func, select, text, update
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
-from app.allocation.service import run_allocation
+from app.allocation.service import RunSummary, run_allocation
 from app.cli.ledger import month_window
+from app.db import unit_of_work
 from app.deployments.service import add_deployment, add_replica
 from app.domain.errors import MonthClosed
 from app.ledger.export import focus_allocation_table
@@ -29,6 +30,16 @@ def _ingest(engine: Engine, path: Path, rows: list[dict[str, str]], *, age_s: fl
     stamp = time.time() - age_s
     os.utime(path, (stamp, stamp))
     ingest_billing(engine, str(path), IngestOptions(source="aws"))
+
+
+def _allocate(engine: Engine, month: str) -> RunSummary:
+    with unit_of_work(engine) as session:
+        return run_allocation(session, month_window(month), share_idle=False, tag_key=TAG)
+
+
+def _close(engine: Engine, month: str) -> None:
+    with unit_of_work(engine) as session:
+        close_month(session, month)
 
 
 @pytest.fixture
@@ -49,8 +60,8 @@ def closed_october(engine: Engine, tmp_path: Path) -> Engine:
             usage_record(arrived=at(1, 5), gpu_ns=900 * 10**9, team="ads", session_id="b"),
         ],
     )
-    run_allocation(engine, month_window("2026-10"), share_idle=False, tag_key=TAG)
-    close_month(engine, "2026-10")
+    _allocate(engine, "2026-10")
+    _close(engine, "2026-10")
     return engine
 
 
@@ -93,14 +104,14 @@ def test_truncate_is_refused_on_postgresql(closed_october: Engine) -> None:
 
 def test_allocating_or_closing_a_closed_month_again_is_refused(closed_october: Engine) -> None:
     with pytest.raises(MonthClosed):
-        run_allocation(closed_october, month_window("2026-10"), share_idle=False, tag_key=TAG)
+        _allocate(closed_october, "2026-10")
     with pytest.raises(MonthClosed, match="already closed"):
-        close_month(closed_october, "2026-10")
+        _close(closed_october, "2026-10")
 
 
 def test_closing_needs_an_allocation(engine: Engine) -> None:
     with pytest.raises(MonthNotAllocated, match="allocate"):
-        close_month(engine, "2026-09")
+        _close(engine, "2026-09")
 
 
 def test_redelivery_of_a_closed_month_becomes_adjustments_in_the_next_open_month(
@@ -115,7 +126,7 @@ def test_redelivery_of_a_closed_month_becomes_adjustments_in_the_next_open_month
     )
     _ingest(closed_october, tmp_path / "nov.csv", [focus_row("2026-11", hour=0, cost="3.00")])
 
-    summary = run_allocation(closed_october, month_window("2026-11"), share_idle=False, tag_key=TAG)
+    summary = _allocate(closed_october, "2026-11")
 
     assert summary.adjusted_months == ["2026-10"]
     assert _entry_count(closed_october, "2026-10") == frozen
@@ -139,7 +150,7 @@ def test_redelivery_of_a_closed_month_becomes_adjustments_in_the_next_open_month
     assert november_rows == 3_000_000
 
     # Re-running November recomputes the same adjustments (no double counting).
-    run_allocation(closed_october, month_window("2026-11"), share_idle=False, tag_key=TAG)
+    _allocate(closed_october, "2026-11")
     with closed_october.connect() as conn:
         total = conn.scalar(
             select(func.sum(LedgerEntry.effective_cost_micros)).where(
@@ -162,7 +173,7 @@ def test_correction_rows_name_the_month_they_correct(
     )
     _ingest(closed_october, tmp_path / "nov.csv", [correction])
 
-    run_allocation(closed_october, month_window("2026-11"), share_idle=False, tag_key=TAG)
+    _allocate(closed_october, "2026-11")
 
     with closed_october.connect() as conn:
         rows = conn.execute(
@@ -191,9 +202,11 @@ def test_focus_export_carries_restatements_as_correction_rows(
         [focus_row(hour=0, cost="10.00"), focus_row(hour=1, cost="16.00")],
     )
     _ingest(closed_october, tmp_path / "nov.csv", [focus_row("2026-11", hour=0, cost="3.00")])
-    run_allocation(closed_october, month_window("2026-11"), share_idle=False, tag_key=TAG)
+    _allocate(closed_october, "2026-11")
 
-    rows = focus_allocation_table(closed_october, "2026-11").to_pylist()
+    with Session(closed_october) as session:
+        rows = focus_allocation_table(session, "2026-11").to_pylist()
+        ads_only = focus_allocation_table(session, "2026-11", team="ads").to_pylist()
 
     corrections = [r for r in rows if r["ChargeClass"] == "Correction"]
     assert sorted((r["x_CorrectsMonth"], r["EffectiveCost"]) for r in corrections) == [
@@ -210,7 +223,6 @@ def test_focus_export_carries_restatements_as_correction_rows(
     )
     # The export holds November's bill and the restatement it books, nothing else.
     assert sum(r["EffectiveCost"] for r in rows) == Decimal("3.00") + Decimal("6.00")
-    ads_only = focus_allocation_table(closed_october, "2026-11", team="ads").to_pylist()
     assert [r["EffectiveCost"] for r in ads_only if r["ChargeClass"] == "Correction"] == [
         Decimal("1.5")
     ]

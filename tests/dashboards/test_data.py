@@ -6,6 +6,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from sqlalchemy import Engine, delete, update
+from sqlalchemy.orm import Session
 
 from app.domain.periods import month_bounds
 from app.ledger.costs import unit_costs
@@ -16,10 +17,9 @@ from tests.dashboards.seed import MONTH, TEAMS, Seeded, add_sweep
 
 def _unit_costs_by_team(engine: Engine, team: str | None = None) -> dict[str, object]:
     start, end = month_bounds(MONTH)
-    return {
-        line.key[0]: line
-        for line in unit_costs(engine, month=MONTH, start=start, end=end, by=["team"], team=team)
-    }
+    with Session(engine) as session:
+        lines = unit_costs(session, month=MONTH, start=start, end=end, by=["team"], team=team)
+    return {line.key[0]: line for line in lines}
 
 
 def test_ledger_by_hour_adds_up_to_the_bill(seeded: Seeded, engine: Engine) -> None:
