@@ -28,7 +28,7 @@ from app import migrate
 from app.allocation.service import run_allocation
 from app.allocation.windowing import Window
 from app.catalog import instance_prices
-from app.db import make_engine
+from app.db import make_engine, unit_of_work
 from app.deployments.service import add_deployment, add_replica
 from app.domain.periods import month_bounds
 from app.kit.bulk import bulk_insert
@@ -105,9 +105,10 @@ def prepare(url: str, folder: Path, usage: pa.Table) -> None:
 def child_allocate(url: str) -> None:
     engine = make_engine(url)
     begin = time.perf_counter()
-    summary = run_allocation(
-        engine, Window(*month_bounds(MONTH), MONTH), share_idle=False, tag_key=TAG
-    )
+    with unit_of_work(engine) as session:
+        summary = run_allocation(
+            session, Window(*month_bounds(MONTH), MONTH), share_idle=False, tag_key=TAG
+        )
     seconds = time.perf_counter() - begin
     print(
         json.dumps(

@@ -14,16 +14,18 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from app.domain.ledger import CostLabel
+
 NO_DATA = "No data yet"
 ACCEPTANCE_THRESHOLD = 0.5
 """Acceptance below this rate is waste (DESIGN.md, Waste)."""
 
-SPECIAL_LABELS = ("(idle)", "(unallocated)", "(shared)", "(no team)")
+SPECIAL_LABELS = (CostLabel.idle, CostLabel.unallocated, CostLabel.shared, CostLabel.no_team)
 _SPECIAL_COLOURS = {
-    "(idle)": "#b0b0b0",
-    "(unallocated)": "#e45756",
-    "(shared)": "#9d755d",
-    "(no team)": "#d4a6c8",
+    CostLabel.idle: "#b0b0b0",
+    CostLabel.unallocated: "#e45756",
+    CostLabel.shared: "#9d755d",
+    CostLabel.no_team: "#d4a6c8",
 }
 _PALETTE = (
     "#4c78a8",
@@ -164,7 +166,7 @@ def _unit_cost_series(
     ledger: pd.DataFrame, usage: pd.DataFrame, sessions: pd.DataFrame, grain: str
 ) -> pd.DataFrame:
     cost = (
-        _bucket(ledger[~ledger["team"].isin(["(idle)", "(unallocated)"])], grain)
+        _bucket(ledger[~ledger["team"].isin([CostLabel.idle, CostLabel.unallocated])], grain)
         .groupby(["period_start", "team"])["effective_micros"]
         .sum()
     )
@@ -175,7 +177,7 @@ def _unit_cost_series(
     )
     seconds = _bucket(sessions, grain).groupby(["period_start", "team"])["session_seconds"].sum()
     joined = pd.concat([cost, tokens, seconds], axis=1).fillna(0).reset_index()
-    joined = joined[joined["team"] != "(shared)"]
+    joined = joined[joined["team"] != CostLabel.shared]
     per_ss = joined["effective_micros"] / 1e6 * 1000 / joined["session_seconds"]
     per_tok = joined["effective_micros"] / 1e6 * 1e6 / joined["tokens"]
     joined["per_1k_session_seconds"] = per_ss.where(joined["session_seconds"] > 0)
@@ -241,7 +243,8 @@ def idle_share_figure(ledger: pd.DataFrame) -> go.Figure:
     frame, _, _ = _main_currency(ledger)
     grain = _grain(frame["period_start"])
     frame = _bucket(
-        frame.assign(idle=frame["effective_micros"].where(frame["team"] == "(idle)", 0)), grain
+        frame.assign(idle=frame["effective_micros"].where(frame["team"] == CostLabel.idle, 0)),
+        grain,
     )
     per = frame.groupby("period_start")[["idle", "effective_micros"]].sum().reset_index()
     per = per[per["effective_micros"] != 0]

@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session
 
 from app.allocation.service import run_allocation
 from app.allocation.windowing import Window
+from app.db import unit_of_work
 from app.deployments.service import add_deployment, add_replica
 from app.domain.periods import month_bounds
 from app.models import Sweep, SweepPointRecord
@@ -175,11 +176,12 @@ def seed_month(engine: Engine, folder: Path) -> Seeded:
         add_deployment(session, name="d2", tier="scaled")
         add_replica(session, deployment="d2", name="r2", gpus=8, resource_id="i-d2")
     insert_usage(engine, usage_rows())
-    run_allocation(
-        engine,
-        Window(*month_bounds(MONTH), MONTH),
-        share_idle=False,
-        tag_key="specledger-deployment",
-    )
+    with unit_of_work(engine) as session:
+        run_allocation(
+            session,
+            Window(*month_bounds(MONTH), MONTH),
+            share_idle=False,
+            tag_key="specledger-deployment",
+        )
     bill = sum(round(float(r["EffectiveCost"]) * 10**6) for r in rows)
     return Seeded(month=MONTH, sweep_id=add_sweep(engine), bill_micros=bill)
