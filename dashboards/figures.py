@@ -21,7 +21,7 @@ ACCEPTANCE_THRESHOLD = 0.5
 """Acceptance below this rate is waste (DESIGN.md, Waste)."""
 
 SPECIAL_LABELS = (CostLabel.idle, CostLabel.unallocated, CostLabel.shared, CostLabel.no_team)
-_SPECIAL_COLOURS = {
+_SPECIAL_COLOURS: dict[str, str] = {
     CostLabel.idle: "#b0b0b0",
     CostLabel.unallocated: "#e45756",
     CostLabel.shared: "#9d755d",
