@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 TEST_DB ?= specledger_test
 
-.PHONY: install demo test test-serving test-serving-only test-fast lint fmt postgres serving-env model browser clean
+.PHONY: install demo test test-serving test-serving-only test-fast lint fmt postgres serving-env model browser screenshot clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -64,6 +64,13 @@ model: install serving-env
 ## Headless Chromium for the dashboard tests (Debian's package).
 browser:
 	@if [ -x scripts/ensure_chromium.sh ]; then scripts/ensure_chromium.sh; fi
+
+## Regenerate the README's docs/screenshot-cost.png: the admin's cost dashboard on SQLite, from
+## the browser test (tests never write it otherwise). CI=1: no Chromium is an error, not a skip.
+screenshot: install browser
+	CI=1 $(BIN)/python -m pytest -p no:xdist -p no:cacheprovider -m 'not postgres and not serving' \
+		tests/dashboards/test_browser.py::test_every_page_renders_for_an_admin \
+		--readme-screenshot docs/screenshot-cost.png
 
 clean:
 	rm -rf $(VENV) .specledger .pytest_cache .mypy_cache .ruff_cache

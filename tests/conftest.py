@@ -10,6 +10,8 @@ from sqlalchemy import Engine, make_url, text
 
 from app import migrate
 from app.db import Base, make_engine
+from app.settings import Settings, get_settings
+from tests.prereq import require
 
 # The machines are shared and noisy: a property test must fail on a wrong answer, never on a
 # slow example.
@@ -19,13 +21,42 @@ settings.load_profile("specledger")
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
+ENV_PREFIX = "SPECLEDGER_"
+KEPT_ENV = frozenset({"SPECLEDGER_TEST_POSTGRES_URL"})
+"""The only ``SPECLEDGER_*`` variable of the outer environment that tests may see."""
+
+
+@pytest.fixture(scope="session", autouse=True)
+def isolated_settings() -> Iterator[None]:
+    """Tests never read the developer's configuration: every ``SPECLEDGER_*`` variable but
+    the test database URL is removed (case-insensitively, as pydantic-settings matches them),
+    and :class:`Settings` reads no ``.env`` file, wherever the current directory is. A test
+    configures the code under test with ``monkeypatch.setenv`` or ``Settings(...)``.
+
+    The ``.env`` file is switched off on the class rather than by moving the session into a
+    temporary directory: tests and the code they run may rely on the current directory
+    (``test_demo`` changes into the repository), and a ``.env`` there would still be read.
+    Subprocesses that start a fresh interpreter do not see the patch; they do inherit the
+    cleaned environment.
+    """
+    with pytest.MonkeyPatch.context() as patch:
+        for name in list(os.environ):
+            if name.upper().startswith(ENV_PREFIX) and name.upper() not in KEPT_ENV:
+                patch.delenv(name)
+        patch.setitem(Settings.model_config, "env_file", None)
+        get_settings.cache_clear()
+        yield
+    get_settings.cache_clear()
+
 
 def _postgres_url(worker: str) -> str:
     url = os.environ.get("SPECLEDGER_TEST_POSTGRES_URL")
-    if not url:
-        if os.environ.get("CI"):
-            pytest.fail("CI must provide SPECLEDGER_TEST_POSTGRES_URL (make test does)")
-        pytest.skip("set SPECLEDGER_TEST_POSTGRES_URL to run the PostgreSQL half")
+    require(
+        bool(url),
+        "set SPECLEDGER_TEST_POSTGRES_URL to run the PostgreSQL half "
+        "(make test does: scripts/ensure_postgres.sh)",
+    )
+    assert url is not None
     if worker == "master":
         return url
     # One database per xdist worker, created on demand.
@@ -87,13 +118,21 @@ def cli_env(
     engine: Engine, db_url: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> Iterator[str]:
     """Point the CLI's settings at the test database."""
-    from app.settings import get_settings
-
     monkeypatch.setenv("SPECLEDGER_DATABASE_URL", db_url)
     monkeypatch.setenv("SPECLEDGER_DATA_DIR", str(tmp_path / "data"))
     get_settings.cache_clear()
     yield db_url
     get_settings.cache_clear()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--readme-screenshot",
+        metavar="PATH",
+        default=None,
+        help="Also write the admin's cost dashboard (SQLite) to PATH, as `make screenshot` "
+        "does for docs/screenshot-cost.png; tests/dashboards/test_browser.py.",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -132,6 +132,96 @@ def test_unit_costs_and_sessions(client: TestClient, seeded: Seeded) -> None:
     )
 
 
+def _by_team(client: TestClient, seeded: Seeded, who: str = "admin") -> dict[str, Any]:
+    costs = _get(client, seeded, "/v1/costs", who, month="2026-10", by="team")
+    return {item["properties"]["team"]: item for item in costs["items"]}
+
+
+def _amount(value: str | None) -> Decimal | None:
+    return None if value is None else Decimal(value)
+
+
+UNIT_COSTS = {
+    # d1 has 2 GPUs: 7200 GPU-s per hour, and each event has 100 prompt + 50 output tokens.
+    # orchid: hour 0 720 + 360 GPU-s of 7200 at 7.20 (0.72 + 0.36), hour 1 300 GPU-s (0.30),
+    # half the networking row (even policy, both teams active): 0.50. 1.88 in all; 3 events
+    # (450 tokens, 150 output), 1380 GPU-s; sessions of 15 s and 10 s.
+    "orchid": {
+        "effective_cost": Decimal("1.88"),
+        "gpu_seconds": 1380.0,
+        "prompt_tokens": 300,
+        "completion_tokens": 150,
+        "cost_per_1m_tokens": Decimal("4177.777778"),  # 1.88 / 450 x 10^6
+        "cost_per_1m_output_tokens": Decimal("12533.333333"),  # 1.88 / 150 x 10^6
+        "cost_per_gpu_hour": Decimal("4.904348"),  # 1.88 / (1380 / 3600)
+        "cost_per_1k_session_seconds": Decimal("75.200000"),  # 1.88 / 25 x 1000
+    },
+    # walrus: 8 x 200 GPU-s in hour 1 (8 x 0.20) and the other half of networking (0.50): 2.10;
+    # 8 events (1200 tokens, 400 output), 1600 GPU-s; one session of 8 x 15 s, 20 s apart.
+    "walrus": {
+        "effective_cost": Decimal("2.10"),
+        "gpu_seconds": 1600.0,
+        "prompt_tokens": 800,
+        "completion_tokens": 400,
+        "cost_per_1m_tokens": Decimal("1750.000000"),  # 2.10 / 1200 x 10^6
+        "cost_per_1m_output_tokens": Decimal("5250.000000"),  # 2.10 / 400 x 10^6
+        "cost_per_gpu_hour": Decimal("4.725000"),  # 2.10 / (1600 / 3600)
+        "cost_per_1k_session_seconds": Decimal("17.500000"),  # 2.10 / 120 x 1000
+    },
+    # Idle GPU time (6.12 in hour 0, 5.30 in hour 1) and the untagged storage row have no
+    # tokens and no GPU-seconds: no unit cost.
+    "(idle)": {
+        "effective_cost": Decimal("11.42"),
+        "gpu_seconds": 0.0,
+        "prompt_tokens": 0,
+        "completion_tokens": 0,
+        "cost_per_1m_tokens": None,
+        "cost_per_1m_output_tokens": None,
+        "cost_per_gpu_hour": None,
+        "cost_per_1k_session_seconds": None,
+    },
+    "(unallocated)": {
+        "effective_cost": Decimal("0.55"),
+        "gpu_seconds": 0.0,
+        "prompt_tokens": 0,
+        "completion_tokens": 0,
+        "cost_per_1m_tokens": None,
+        "cost_per_1m_output_tokens": None,
+        "cost_per_gpu_hour": None,
+        "cost_per_1k_session_seconds": None,
+    },
+}
+"""``/v1/costs?by=team`` for the seeded October, computed by hand from the seed."""
+
+MONEY = {
+    "effective_cost",
+    "cost_per_1m_tokens",
+    "cost_per_1m_output_tokens",
+    "cost_per_gpu_hour",
+    "cost_per_1k_session_seconds",
+}
+
+
+def test_unit_costs_per_token_and_per_gpu_hour_are_exact(
+    client: TestClient, seeded: Seeded
+) -> None:
+    lines = _by_team(client, seeded)
+    assert set(lines) == set(UNIT_COSTS)
+    for team, expected in UNIT_COSTS.items():
+        got = {
+            field: _amount(lines[team][field]) if field in MONEY else lines[team][field]
+            for field in expected
+        }
+        assert got == expected, team
+    assert sum(Decimal(line["effective_cost"]) for line in lines.values()) == BILL
+
+
+def test_a_team_sees_the_same_unit_costs_as_the_admin(client: TestClient, seeded: Seeded) -> None:
+    admin = _by_team(client, seeded)
+    for team in ("orchid", "walrus"):
+        assert _by_team(client, seeded, team) == {team: admin[team]}
+
+
 def test_chargeback_downloads_add_up(client: TestClient, seeded: Seeded) -> None:
     response = client.get(
         "/v1/chargeback", params={"month": "2026-10"}, headers=seeded.keys.header("admin")

@@ -1,10 +1,13 @@
-"""Every dashboard page in headless Chromium: no console error, plots drawn, screenshots kept.
+"""Every dashboard page in headless Chromium: no console error, plots drawn, screenshots taken.
 
 The pages are served by uvicorn on a free port from a small app that mounts the dashboards
 router against the test database (a billed and allocated month, and a sweep). Chromium is
 Debian's ``/usr/bin/chromium`` (``scripts/ensure_chromium.sh`` installs it), driven by
-Playwright without ``playwright install``. Screenshots go to ``artifacts/screenshots/``; the
-admin's cost page on SQLite also becomes ``docs/screenshot-cost.png`` for the README.
+Playwright without ``playwright install``; without it the tests skip, and fail under CI.
+
+Screenshots go to the test's ``tmp_path`` (pytest keeps the last few runs' folders). The
+README's ``docs/screenshot-cost.png`` is written only when asked for, by ``make screenshot``
+(``--readme-screenshot PATH``): the admin's cost page on SQLite.
 """
 
 import shutil
@@ -22,9 +25,9 @@ from playwright.sync_api import BrowserContext, Page, sync_playwright
 from sqlalchemy import Engine
 
 from dashboards.pages import PAGES
-from tests.conftest import ROOT
 from tests.dashboards.conftest import Keys, dashboards_app
 from tests.dashboards.seed import TEAMS, Seeded
+from tests.prereq import require
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_FLAGS = [
@@ -37,17 +40,25 @@ CHROMIUM_FLAGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
-SCREENSHOTS = ROOT / "artifacts" / "screenshots"
-README_SCREENSHOT = ROOT / "docs" / "screenshot-cost.png"
 
-pytestmark = [
-    pytest.mark.skipif(
-        not CHROMIUM.exists(),
-        reason="needs Debian's chromium at "
-        "/usr/bin/chromium: run scripts/ensure_chromium.sh (make test does)",
-    ),
-    pytest.mark.xdist_group("browser"),  # one Chromium at a time on a small machine
-]
+pytestmark = pytest.mark.xdist_group("browser")  # one Chromium at a time on a small machine
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _chromium() -> None:
+    require(
+        CHROMIUM.exists(),
+        f"needs Debian's chromium at {CHROMIUM}: run scripts/ensure_chromium.sh (make test does)",
+    )
+
+
+@pytest.fixture
+def readme_screenshot(request: pytest.FixtureRequest) -> Path | None:
+    """Where ``--readme-screenshot`` asks for the admin's cost page (relative paths from the
+    directory pytest was started in); None when not asked."""
+    value = request.config.getoption("readme_screenshot")
+    return None if value is None else request.config.invocation_params.dir / value
+
 
 _PLOTS_JS = """() => Array.from(document.querySelectorAll('.js-plotly-plot')).map(el => ({
     id: el.id,
@@ -133,16 +144,21 @@ def _load(context: BrowserContext, url: str) -> tuple[Page, list[dict[str, Any]]
     return page, page.evaluate(_PLOTS_JS), problems
 
 
-def _shot(page: Page, name: str, engine: Engine) -> Path:
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+def _shot(page: Page, name: str, engine: Engine, folder: Path) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
     suffix = "" if engine.dialect.name == "sqlite" else f"-{engine.dialect.name}"
-    path = SCREENSHOTS / f"{name}{suffix}.png"
+    path = folder / f"{name}{suffix}.png"
     page.screenshot(path=str(path), full_page=True)
     return path
 
 
 def test_every_page_renders_for_an_admin(
-    server: str, browser: BrowserContext, keys: Keys, engine: Engine
+    server: str,
+    browser: BrowserContext,
+    keys: Keys,
+    engine: Engine,
+    tmp_path: Path,
+    readme_screenshot: Path | None,
 ) -> None:
     first = True
     for name in PAGES:
@@ -157,19 +173,15 @@ def test_every_page_renders_for_an_admin(
         body = page.content()
         assert f"SpecLedger · {PAGES[name]}" in body
         assert "No data yet" not in body
-        path = _shot(page, f"{name}-admin", engine)
+        path = _shot(page, f"{name}-admin", engine, tmp_path / "screenshots")
         assert path.stat().st_size > 10_000
         if name == "cost":
             assert all(team in body for team in TEAMS)
             by_id = {plot["id"]: plot for plot in plots}
             assert "balanced to the micro" in by_id["reconciliation"]["text"]
-            if engine.dialect.name == "sqlite":
-                README_SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
-                if not (
-                    README_SCREENSHOT.exists()
-                    and README_SCREENSHOT.read_bytes() == path.read_bytes()
-                ):
-                    shutil.copyfile(path, README_SCREENSHOT)
+            if readme_screenshot is not None and engine.dialect.name == "sqlite":
+                readme_screenshot.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(path, readme_screenshot)
         if name == "breakeven":
             by_id = {plot["id"]: plot for plot in plots}
             assert "k=0" in by_id["breakeven"]["text"]
@@ -177,7 +189,7 @@ def test_every_page_renders_for_an_admin(
 
 
 def test_every_page_renders_for_a_team_without_other_teams(
-    server: str, browser: BrowserContext, keys: Keys, engine: Engine
+    server: str, browser: BrowserContext, keys: Keys, engine: Engine, tmp_path: Path
 ) -> None:
     others = set(TEAMS) - {"search"}
     for index, name in enumerate(PAGES):
@@ -196,5 +208,5 @@ def test_every_page_renders_for_a_team_without_other_teams(
             assert other not in html, (name, other)
             assert other not in text, (name, other)
         assert "team search" in text
-        _shot(page, f"{name}-team-search", engine)
+        _shot(page, f"{name}-team-search", engine, tmp_path / "screenshots")
         page.close()

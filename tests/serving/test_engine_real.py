@@ -12,6 +12,7 @@ from rich.console import Console
 from serving.engine import launcher
 from serving.engine.config import EngineConfig, NgramSpeculation
 from serving.engine.model_prep import DEFAULT_CACHE_DIR, PreparedModels, prepare_models
+from tests.prereq import require
 
 ROOT = Path(__file__).resolve().parents[2]
 VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
@@ -19,11 +20,18 @@ VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
 pytestmark = [
     pytest.mark.serving,
     pytest.mark.xdist_group("vllm"),  # one engine at a time on a small machine
-    pytest.mark.skipif(
-        not VLLM_PYTHON.exists(),
-        reason=f"no vLLM venv at {VLLM_PYTHON.parent.parent}; run scripts/install_vllm_cpu.sh",
-    ),
 ]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _prerequisites() -> None:
+    """The vLLM venv; the model is prepared by the ``models`` fixture when missing."""
+    require(
+        VLLM_PYTHON.exists(),
+        f"no vLLM venv at {VLLM_PYTHON.parent.parent}; run `make serving-env` "
+        "(scripts/install_vllm_cpu.sh)",
+    )
+
 
 COPY_PROMPT = (
     "Repeat the list exactly: apple, banana, cherry, date, elderberry, fig, grape.\n"

