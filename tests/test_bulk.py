@@ -12,14 +12,13 @@ import sqlalchemy as sa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import Engine
+from sqlalchemy.dialects.postgresql import JSONB
 
 from app.db import UTCDateTime
 from app.kit import pg_copy_binary
 from app.kit.bulk import bulk_insert
 
-_TEXT = st.text(
-    st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=40
-)
+_TEXT = st.text(st.characters(exclude_categories=["Cs"], exclude_characters="\x00"), max_size=40)
 _ROW = st.fixed_dictionaries(
     {
         "big": st.none() | st.integers(-(2**63), 2**63 - 1),
@@ -77,7 +76,7 @@ def test_rows_round_trip(
     engine: Engine, scratch: tuple[sa.MetaData, str], rows: list[dict[str, object]]
 ) -> None:
     metadata, name = scratch
-    table = metadata.tables.get(name) if name in metadata.tables else _table(metadata, name)
+    table = metadata.tables[name] if name in metadata.tables else _table(metadata, name)
     metadata.create_all(engine)
     with engine.begin() as conn:
         conn.execute(table.delete())
@@ -98,14 +97,14 @@ def test_postgres_binary_and_csv_paths_agree(
     binary = _table(
         metadata,
         name + "_bin",
-        sa.Column("doc", sa.dialects.postgresql.JSONB),
+        sa.Column("doc", JSONB),
         sa.Column("ratio", sa.Float(53)),
         sa.Column("tiny", sa.SmallInteger),
     )
     csv = _table(
         metadata,
         name + "_csv",
-        sa.Column("doc", sa.dialects.postgresql.JSONB),
+        sa.Column("doc", JSONB),
         sa.Column("ratio", sa.Float(53)),
         sa.Column("tiny", sa.SmallInteger),
         sa.Column("amount", sa.Numeric(20, 6)),

@@ -7,7 +7,8 @@ from sqlalchemy import Engine, func, select
 from sqlalchemy.exc import StatementError
 from sqlalchemy.orm import Session
 
-from app.allocation.service import RunSummary, Window, run_allocation
+from app.allocation.service import RunSummary, run_allocation
+from app.allocation.windowing import Window
 from app.cli.ledger import month_window
 from app.db import unit_of_work
 from app.deployments.service import add_deployment, add_replica
@@ -60,11 +61,14 @@ def _allocate(engine: Engine, window: Window, *, share_idle: bool = False) -> Ru
         return run_allocation(session, window, share_idle=share_idle, tag_key=TAG)
 
 
-def _per_row_sums(engine: Engine) -> list[tuple[int, int, int, int, int]]:
+def _per_row_sums(
+    engine: Engine,
+) -> list[tuple[int, int | None, int | None, int | None, int | None]]:
+    """Per billing row: id, its effective and billed cost, and the sums of its entries."""
     with engine.connect() as conn:
         return [
-            tuple(r)
-            for r in conn.execute(
+            (row_id, effective, billed, effective_sum, billed_sum)
+            for row_id, effective, billed, effective_sum, billed_sum in conn.execute(
                 select(
                     BillingRow.id,
                     BillingRow.effective_cost_micros,

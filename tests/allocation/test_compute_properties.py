@@ -1,6 +1,7 @@
 """Property tests of the allocation core: money sums to the bill, for any bill and usage."""
 
 from fractions import Fraction
+from typing import TypedDict
 
 import numpy as np
 import pytest
@@ -14,11 +15,37 @@ HOUR = 3_600 * 10**9
 money = st.integers(min_value=-(10**12), max_value=10**12)
 
 
+class _Row(TypedDict):
+    """One billing row of a scenario, in nanoseconds and micros."""
+
+    start: int
+    end: int
+    effective: int
+    billed: int
+    deployment: str | None
+    replica: str | None
+    compute: bool
+
+
+class _Request(TypedDict):
+    """One request of a scenario."""
+
+    deployment: str
+    replica: str
+    team: str | None
+    arrived: int
+    finished: int
+    gpu: int
+
+
+_Scenario = tuple[list[_Row], list[_Request], dict[str, DeploymentPolicy], bool]
+
+
 @st.composite
-def scenarios(draw):  # type: ignore[no-untyped-def]
+def scenarios(draw: st.DrawFn) -> _Scenario:
     n_rows = draw(st.integers(1, 12))
     deployments = ["d1", "d2"]
-    rows = []
+    rows: list[_Row] = []
     for _ in range(n_rows):
         hour = draw(st.integers(0, 5))
         rows.append(
@@ -33,7 +60,7 @@ def scenarios(draw):  # type: ignore[no-untyped-def]
             }
         )
     n_usage = draw(st.integers(0, 25))
-    usage = []
+    usage: list[_Request] = []
     for _ in range(n_usage):
         arrived = draw(st.integers(0, 7 * HOUR))
         usage.append(
@@ -59,7 +86,7 @@ def scenarios(draw):  # type: ignore[no-untyped-def]
     return rows, usage, policies, draw(st.booleans())
 
 
-def _arrays(rows, usage):  # type: ignore[no-untyped-def]
+def _arrays(rows: list[_Row], usage: list[_Request]) -> tuple[BillingRows, Usage]:
     billing = BillingRows(
         row_id=np.arange(len(rows), dtype=np.int64),
         start_ns=np.array([r["start"] for r in rows], np.int64),
@@ -83,7 +110,7 @@ def _arrays(rows, usage):  # type: ignore[no-untyped-def]
 
 @settings(max_examples=300, deadline=None)
 @given(scenarios())
-def test_each_row_sums_exactly_to_its_cost(scenario) -> None:  # type: ignore[no-untyped-def]
+def test_each_row_sums_exactly_to_its_cost(scenario: _Scenario) -> None:
     rows, usage, policies, share_idle = scenario
     billing, use = _arrays(rows, usage)
 
@@ -101,7 +128,7 @@ def test_each_row_sums_exactly_to_its_cost(scenario) -> None:  # type: ignore[no
 
 @settings(max_examples=200, deadline=None)
 @given(scenarios())
-def test_requests_get_their_gpu_share_within_one_micro(scenario) -> None:  # type: ignore[no-untyped-def]
+def test_requests_get_their_gpu_share_within_one_micro(scenario: _Scenario) -> None:
     rows, usage, policies, _ = scenario
     billing, use = _arrays(rows, usage)
 

@@ -6,7 +6,7 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
-from sqlalchemy import Engine, delete, func, select, text, update
+from sqlalchemy import Delete, Engine, Update, delete, func, select, text, update
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
@@ -87,7 +87,9 @@ def _entry_count(engine: Engine, month: str) -> int:
         delete(LedgerClosure),
     ],
 )
-def test_the_database_refuses_to_change_a_closed_month(closed_october: Engine, statement) -> None:  # type: ignore[no-untyped-def]
+def test_the_database_refuses_to_change_a_closed_month(
+    closed_october: Engine, statement: Update | Delete
+) -> None:
     before = _entry_count(closed_october, "2026-10")
     with pytest.raises(DBAPIError, match="closed"), closed_october.begin() as conn:
         conn.execute(statement)

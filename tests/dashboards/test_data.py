@@ -9,13 +9,13 @@ from sqlalchemy import Engine, delete, update
 from sqlalchemy.orm import Session
 
 from app.domain.periods import month_bounds
-from app.ledger.costs import unit_costs
+from app.ledger.costs import CostLine, unit_costs
 from app.models import Sweep, SweepPointRecord
 from dashboards import breakeven_data, data, figures
 from tests.dashboards.seed import MONTH, TEAMS, Seeded, add_sweep
 
 
-def _unit_costs_by_team(engine: Engine, team: str | None = None) -> dict[str, object]:
+def _unit_costs_by_team(engine: Engine, team: str | None = None) -> dict[str, CostLine]:
     start, end = month_bounds(MONTH)
     with Session(engine) as session:
         lines = unit_costs(session, month=MONTH, start=start, end=end, by=["team"], team=team)
@@ -31,7 +31,7 @@ def test_ledger_by_hour_adds_up_to_the_bill(seeded: Seeded, engine: Engine) -> N
     # the same money as the unit-cost report, team by team
     lines = _unit_costs_by_team(engine)
     for team, micros in ledger.groupby("team")["effective_micros"].sum().items():
-        assert lines[str(team)].effective_micros == micros  # type: ignore[attr-defined]
+        assert lines[str(team)].effective_micros == micros
     # and the cost figure's bars carry exactly that money
     bars = figures.cost_by_team_figure(ledger).to_dict()["data"]
     assert round(sum(sum(bar["y"]) for bar in bars) * 1e6) == seeded.bill_micros
@@ -63,12 +63,12 @@ def test_session_seconds_and_tokens_match_the_unit_cost_report(
     for team in TEAMS:
         line = lines[team]
         seconds = sessions.loc[sessions["team"] == team, "session_seconds"].sum()
-        assert seconds == pytest.approx(line.session_ns / 1e9)  # type: ignore[attr-defined]
+        assert seconds == pytest.approx(line.session_ns / 1e9)
         rows = usage[usage["team"] == team]
-        assert rows["completion_tokens"].sum() == line.completion_tokens  # type: ignore[attr-defined]
-        assert rows["draft_tokens"].sum() == line.draft_tokens  # type: ignore[attr-defined]
-        assert rows["accepted_tokens"].sum() == line.accepted_tokens  # type: ignore[attr-defined]
-        assert rows["requests"].sum() == line.requests  # type: ignore[attr-defined]
+        assert rows["completion_tokens"].sum() == line.completion_tokens
+        assert rows["draft_tokens"].sum() == line.draft_tokens
+        assert rows["accepted_tokens"].sum() == line.accepted_tokens
+        assert rows["requests"].sum() == line.requests
 
 
 def test_reconciliation_frame_is_balanced(seeded: Seeded, engine: Engine) -> None:
@@ -160,11 +160,7 @@ def test_tier_frames_measure_cost_per_session_second(seeded: Seeded, engine: Eng
     assert set(tiers.measured["tier"]) == {"prototype", "scaled"}
     assert set(tiers.measured["concurrency"]) <= {1, 2, 4, 8}
     lines = _unit_costs_by_team(engine)
-    request_cost = sum(
-        line.effective_micros
-        for team, line in lines.items()  # type: ignore[attr-defined]
-        if team in TEAMS
-    )
+    request_cost = sum(line.effective_micros for team, line in lines.items() if team in TEAMS)
     measured = tiers.measured
     spent = (measured["usd_per_1k_session_seconds"] * measured["session_seconds"] / 1000).sum()
     shared = data.reconciliation_frame(engine, month=MONTH)["shared_micros"].iloc[0]

@@ -11,7 +11,7 @@ from app.models import BillingDelivery, BillingRow
 from app.models.billing import billing_row_attributes, billing_row_values
 from ingest.errors import IngestError
 from ingest.normalize import NormaliseOptions
-from ingest.readers import RawFile
+from ingest.readers import RawFile, read_billing_file
 from ingest.service import IngestOptions, ingest_billing
 from tests.conftest import FIXTURES
 from tests.ingest.helpers import focus_row, write_focus_csv
@@ -35,14 +35,20 @@ def _stored(engine: Engine) -> list[tuple[object, ...]]:
         ]
 
 
+def _delete_billing(engine: Engine) -> None:
+    """Empty the billing row tables and the deliveries, as if nothing had been ingested."""
+    with engine.begin() as conn:
+        conn.execute(delete(billing_row_values))
+        conn.execute(delete(billing_row_attributes))
+        conn.execute(delete(BillingDelivery))
+
+
 def test_chunks_store_and_report_what_one_pass_does(
     engine: Engine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     whole = ingest_billing(engine, str(MESSY), IngestOptions(source="one"))
     stored_whole = _stored(engine)
-    with engine.begin() as conn:
-        for table in (billing_row_values, billing_row_attributes, BillingDelivery.__table__):
-            conn.execute(delete(table))
+    _delete_billing(engine)
 
     monkeypatch.setattr(ingest.service, "CHUNK_ROWS", 7)  # 51 rows: 1, then 7s, then 1
     chunked = ingest_billing(engine, str(MESSY), IngestOptions(source="one"))
@@ -145,12 +151,10 @@ def test_files_beyond_the_memory_budget_are_read_again_with_the_same_result(
     (folder / "messy.csv").write_bytes(MESSY.read_bytes())
     kept = ingest_billing(engine, str(folder), IngestOptions(source="s"))
     stored_kept = sorted(_stored(engine), key=repr)  # three files share row numbers
-    with engine.begin() as conn:
-        for table in (billing_row_values, billing_row_attributes, BillingDelivery.__table__):
-            conn.execute(delete(table))
+    _delete_billing(engine)
 
     reads: list[str] = []
-    real_read = ingest.service.read_billing_file
+    real_read = read_billing_file  # the function ingest.service imported
 
     def counting_read(path: Path, **kwargs: str) -> RawFile:
         reads.append(path.name)

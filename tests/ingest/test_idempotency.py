@@ -14,11 +14,11 @@ from ingest.service import IngestOptions, ingest_billing
 from tests.ingest.helpers import focus_row, write_focus_csv
 
 
-def _rows(engine: Engine) -> list[tuple[str, int]]:
+def _rows(engine: Engine) -> list[tuple[str | None, int | None]]:
     with engine.connect() as conn:
         return [
-            tuple(r)
-            for r in conn.execute(
+            (description, billed)
+            for description, billed in conn.execute(
                 select(BillingRow.charge_description, BillingRow.billed_cost_micros).order_by(
                     BillingRow.charge_period_start, BillingRow.id
                 )

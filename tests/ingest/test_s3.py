@@ -1,11 +1,14 @@
 """AWS Data Exports in S3, against moto's S3 server over HTTP (boto3 is not patched)."""
 
+from __future__ import annotations
+
 import gzip
 import json
 import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import boto3
 import pytest
@@ -17,6 +20,9 @@ import ingest.service
 from app.cli import app
 from app.models import BillingRow
 from tests.ingest.helpers import focus_csv_text, focus_row
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client
 
 BUCKET = "acme-billing"
 EXPORT = "focus-export"
@@ -34,7 +40,7 @@ def s3_endpoint() -> Iterator[str]:
 
 
 @pytest.fixture
-def s3(s3_endpoint: str, monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
+def s3(s3_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[S3Client]:
     for name, value in {
         "AWS_ACCESS_KEY_ID": "testing",
         "AWS_SECRET_ACCESS_KEY": "testing",
@@ -50,7 +56,7 @@ def s3(s3_endpoint: str, monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-un
     client.delete_bucket(Bucket=BUCKET)
 
 
-def _deliver(client, partition: str, execution: str, rows: list[dict[str, str]]) -> None:  # type: ignore[no-untyped-def]
+def _deliver(client: S3Client, partition: str, execution: str, rows: list[dict[str, str]]) -> None:
     data_key = f"exports/{EXPORT}/data/{partition}/{execution}/{EXPORT}-00001.csv.gz"
     client.put_object(
         Bucket=BUCKET, Key=data_key, Body=gzip.compress(focus_csv_text(rows).encode())
@@ -84,8 +90,8 @@ def _descriptions(engine: Engine) -> list[str]:
 def test_two_deliveries_of_a_month_leave_only_the_newest_manifests_rows(
     engine: Engine,
     cli_env: str,
-    s3,
-    tmp_path: Path,  # type: ignore[no-untyped-def]
+    s3: S3Client,
+    tmp_path: Path,
     keep_read_bytes: int,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -130,7 +136,7 @@ def test_two_deliveries_of_a_month_leave_only_the_newest_manifests_rows(
 def test_manifest_listing_a_missing_file_writes_nothing(
     engine: Engine,
     cli_env: str,
-    s3,  # type: ignore[no-untyped-def]
+    s3: S3Client,
 ) -> None:
     manifest = {
         "dataFiles": [f"s3://{BUCKET}/exports/{EXPORT}/data/BILLING_PERIOD=2026-10/gone.csv.gz"]
@@ -148,7 +154,9 @@ def test_manifest_listing_a_missing_file_writes_nothing(
     assert _descriptions(engine) == []
 
 
-def test_prefix_without_manifest_is_a_clear_error(engine: Engine, cli_env: str, s3) -> None:  # type: ignore[no-untyped-def]
+def test_prefix_without_manifest_is_a_clear_error(
+    engine: Engine, cli_env: str, s3: S3Client
+) -> None:
     result = CliRunner().invoke(app, ["ingest", "billing", f"s3://{BUCKET}/nothing-here"])
     assert result.exit_code == 2
     assert "no AWS Data Exports manifest" in result.stderr

@@ -2,14 +2,14 @@
 
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy import inspect, select, text
+from sqlalchemy import Engine, inspect, select, text
 
 from app import migrate
 from app.db import Base, make_engine
 from app.models import BillingRow
 
 
-def test_upgrade_downgrade_upgrade_and_no_drift(db_url: str, migrated_engine) -> None:  # type: ignore[no-untyped-def]
+def test_upgrade_downgrade_upgrade_and_no_drift(db_url: str, migrated_engine: Engine) -> None:
     migrate.downgrade(db_url, "base")
     engine = make_engine(db_url)
     try:
@@ -30,8 +30,8 @@ def test_upgrade_downgrade_upgrade_and_no_drift(db_url: str, migrated_engine) ->
 
 
 def test_rows_stored_before_the_split_read_the_same_after_it_and_back(
-    db_url: str, migrated_engine
-) -> None:  # type: ignore[no-untyped-def]
+    db_url: str, migrated_engine: Engine
+) -> None:
     """0006 moves the shared columns of existing billing rows into billing_row_attributes;
     its downgrade moves them back."""
     migrate.downgrade(db_url, "0005_billing_rows_lighter_writes")

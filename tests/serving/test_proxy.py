@@ -5,9 +5,11 @@ import asyncio
 import json
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
+from fastapi import FastAPI
 from sqlalchemy import func, select
 
 from app.models import ReplicaIdle
@@ -16,6 +18,9 @@ from serving.proxy.app import ProxyConfig, ReplicaSpec, create_proxy_app
 from serving.proxy.relay import scrape_spec_decode_counters
 from tests.serving.fake_vllm import FakeVllm
 from tests.serving.proxy_helpers import assert_gpu_time_conserved, free_port, serve, usage_rows
+
+Call = tuple[str, dict[str, Any], dict[str, str]]
+"""A request for :func:`run_all`: path, JSON body, headers."""
 
 REPLICA_A = ReplicaSpec(
     url="http://fake-a:8000/v1", deployment="smol", name="a", gpus=2, spec_method="ngram", spec_k=4
@@ -30,7 +35,9 @@ def fake() -> FakeVllm:
     return FakeVllm()
 
 
-def proxy_app(fake: FakeVllm | None, db_url: str | None, *replicas: ReplicaSpec, **options):
+def proxy_app(
+    fake: FakeVllm | None, db_url: str | None, *replicas: ReplicaSpec, **options: Any
+) -> FastAPI:
     config = ProxyConfig(
         replicas=replicas or (REPLICA_A,),
         database_url=db_url,
@@ -41,11 +48,11 @@ def proxy_app(fake: FakeVllm | None, db_url: str | None, *replicas: ReplicaSpec,
     return create_proxy_app(config, transport=fake.transport() if fake else None)
 
 
-def completion(prompt: str, max_tokens: int = 12, **extra) -> dict:
+def completion(prompt: str, max_tokens: int = 12, **extra: Any) -> dict[str, Any]:
     return {"model": "fake-model", "prompt": prompt, "max_tokens": max_tokens, **extra}
 
 
-def chat(content: str, max_tokens: int = 12, **extra) -> dict:
+def chat(content: str, max_tokens: int = 12, **extra: Any) -> dict[str, Any]:
     return {
         "model": "fake-model",
         "messages": [{"role": "user", "content": content}],
@@ -54,7 +61,9 @@ def chat(content: str, max_tokens: int = 12, **extra) -> dict:
     }
 
 
-async def _send(client: httpx.AsyncClient, path: str, body: dict, headers: dict) -> dict:
+async def _send(
+    client: httpx.AsyncClient, path: str, body: dict[str, Any], headers: dict[str, str]
+) -> dict[str, Any]:
     """One request; for streams, the events the client received."""
     if not body.get("stream"):
         response = await client.post(path, json=body, headers=headers)
@@ -68,8 +77,8 @@ async def _send(client: httpx.AsyncClient, path: str, body: dict, headers: dict)
     return {"status": response.status_code, "headers": response.headers, "raw": data}
 
 
-def run_all(base_url: str, calls: list[tuple[str, dict, dict]]) -> list[dict]:
-    async def main() -> list[dict]:
+def run_all(base_url: str, calls: list[Call]) -> list[dict[str, Any]]:
+    async def main() -> list[dict[str, Any]]:
         async with httpx.AsyncClient(base_url=base_url, timeout=30) as client:
             return await asyncio.gather(*(_send(client, *call) for call in calls))
 
@@ -353,7 +362,9 @@ def test_models_health_and_metrics(db_url, engine, fake):
 
 def test_least_in_flight_routing_and_failover(db_url, engine, fake):
     dead = ReplicaSpec(url="http://dead.invalid:8000", deployment="smol", name="dead")
-    calls = [("/v1/completions", completion(f"SLOW {i}", 40, stream=True), {}) for i in range(6)]
+    calls: list[Call] = [
+        ("/v1/completions", completion(f"SLOW {i}", 40, stream=True), {}) for i in range(6)
+    ]
     with serve(proxy_app(fake, db_url, dead, REPLICA_A, REPLICA_B)) as url:
         first = httpx.post(url + "/v1/completions", json=completion("x"), timeout=30)
         results = run_all(url, calls)
@@ -409,7 +420,9 @@ def test_routing_by_load_sends_light_load_to_speculation_and_the_rest_to_plain(
 ):
     plain = ReplicaSpec(url="http://fake-p:8000", deployment="smol", name="plain", gpus=2)
     log = tmp_path / "usage.jsonl"
-    calls = [("/v1/completions", completion(f"SLOW {i}", 40, stream=True), {}) for i in range(6)]
+    calls: list[Call] = [
+        ("/v1/completions", completion(f"SLOW {i}", 40, stream=True), {}) for i in range(6)
+    ]
     with serve(proxy_app(fake, None, REPLICA_A, plain, jsonl_path=log, speculate_up_to=2)) as url:
         alone = httpx.post(url + "/v1/completions", json=completion("x"), timeout=30)
         results = run_all(url, calls)

@@ -1,16 +1,19 @@
 """The usage sink: idempotent batched inserts, retries while the database is down, spill."""
 
 import json
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import Connection, Engine, func, select
 from sqlalchemy.exc import DataError, OperationalError
 from sqlalchemy.orm import Session
 
+from app.db import Base
 from app.domain.usage import ReplicaIdleEvent, UsageEvent
 from app.models import ReplicaIdle, UsageRecord
 from app.usage.repository import insert_usage
@@ -21,38 +24,37 @@ from serving.proxy.sink import UsageSink
 T0 = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
 
 
-def make_event(n: int, **overrides) -> UsageEvent:
-    fields = {
-        "event_id": f"event-{n}",
-        "session_id": f"s{n % 3}",
-        "team": "search",
-        "cost_center": "cc-1",
-        "tags": {"env": "prod"},
-        "deployment": "smol",
-        "replica": "r0",
-        "model": "SmolLM2-135M-Instruct",
-        "endpoint": "completions",
-        "streamed": n % 2 == 0,
-        "spec_method": "ngram",
-        "spec_k": 4,
-        "arrived_at": T0 + timedelta(seconds=n),
-        "first_token_at": T0 + timedelta(seconds=n, microseconds=5),
-        "finished_at": T0 + timedelta(seconds=n + 1),
-        "prompt_tokens": 10,
-        "completion_tokens": n,
-        "num_drafts": 1,
-        "draft_tokens": 4,
-        "accepted_tokens": 3,
-        "gpu_ns": 1_000_000_000 + n,
-        "concurrency": 2,
-        "status": "ok",
-        "http_status": 200,
-    }
-    fields.update(overrides)
-    return UsageEvent(**fields)
+def make_event(n: int, **overrides: Any) -> UsageEvent:
+    event = UsageEvent(
+        event_id=f"event-{n}",
+        session_id=f"s{n % 3}",
+        team="search",
+        cost_center="cc-1",
+        tags={"env": "prod"},
+        deployment="smol",
+        replica="r0",
+        model="SmolLM2-135M-Instruct",
+        endpoint="completions",
+        streamed=n % 2 == 0,
+        spec_method="ngram",
+        spec_k=4,
+        arrived_at=T0 + timedelta(seconds=n),
+        first_token_at=T0 + timedelta(seconds=n, microseconds=5),
+        finished_at=T0 + timedelta(seconds=n + 1),
+        prompt_tokens=10,
+        completion_tokens=n,
+        num_drafts=1,
+        draft_tokens=4,
+        accepted_tokens=3,
+        gpu_ns=1_000_000_000 + n,
+        concurrency=2,
+        status="ok",
+        http_status=200,
+    )
+    return replace(event, **overrides)
 
 
-def count(engine, table=UsageRecord) -> int:
+def count(engine: Engine, table: type[Base] = UsageRecord) -> int:
     with engine.connect() as conn:
         return conn.execute(select(func.count()).select_from(table)).scalar_one()
 
@@ -108,11 +110,11 @@ def test_sink_writes_batches_and_jsonl(engine, tmp_path: Path):
 class FlakyEngine:
     """An engine whose first ``failures`` transactions fail as if the database were down."""
 
-    def __init__(self, engine, failures: int | None) -> None:
+    def __init__(self, engine: Engine, failures: int | None) -> None:
         self.engine, self.failures, self.attempts = engine, failures, 0
 
     @contextmanager
-    def begin(self):
+    def begin(self) -> Iterator[Connection]:
         self.attempts += 1
         if self.failures is None or self.attempts <= self.failures:
             raise OperationalError("INSERT", {}, ConnectionRefusedError("database is down"))
@@ -122,7 +124,8 @@ class FlakyEngine:
 
 def test_sink_retries_while_the_database_is_down(engine):
     flaky = FlakyEngine(engine, failures=3)
-    sink = UsageSink(engine=flaky, flush_interval_s=0.01, retry_max_s=0.05)
+    # a test double: the sink only calls begin(), which FlakyEngine provides
+    sink = UsageSink(engine=cast(Engine, flaky), flush_interval_s=0.01, retry_max_s=0.05)
     sink.start()
     for n in range(4):
         sink.submit(make_event(n))
@@ -137,7 +140,7 @@ def test_sink_retries_while_the_database_is_down(engine):
 def test_records_the_database_never_took_are_spilled_and_loadable(engine, tmp_path: Path):
     spill = tmp_path / "spill.jsonl"
     sink = UsageSink(
-        engine=FlakyEngine(engine, failures=None),
+        engine=cast(Engine, FlakyEngine(engine, failures=None)),
         spill_path=spill,
         flush_interval_s=0.01,
         retry_max_s=0.02,
@@ -154,9 +157,9 @@ def test_records_the_database_never_took_are_spilled_and_loadable(engine, tmp_pa
 
 
 def test_a_refused_record_does_not_block_its_batch(engine, tmp_path: Path, monkeypatch):
-    real_insert = usage_sink.insert_usage
+    real_insert = insert_usage  # the function the sink module imported
 
-    def picky_insert(conn, events):
+    def picky_insert(conn: Connection, events: Sequence[UsageEvent]) -> int:
         if any(event.event_id == "poison" for event in events):
             raise DataError("INSERT", {}, ValueError("value out of range"))
         return real_insert(conn, events)
