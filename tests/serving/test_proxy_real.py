@@ -11,6 +11,7 @@ import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import openai
@@ -138,7 +139,9 @@ def jsonl_records(path: Path) -> list[UsageEvent]:
     return [event for event in events if isinstance(event, UsageEvent)]
 
 
-async def _call(client: httpx.AsyncClient, path: str, body: dict, headers: dict) -> dict:
+async def _call(
+    client: httpx.AsyncClient, path: str, body: dict[str, Any], headers: dict[str, str]
+) -> dict[str, Any]:
     """Send one request; return the status, headers, and vLLM's usage and finish reason."""
     if not body.get("stream"):
         response = await client.post(path, json=body, headers=headers)
@@ -149,7 +152,7 @@ async def _call(client: httpx.AsyncClient, path: str, body: dict, headers: dict)
             "usage": data["usage"],
             "finish": data["choices"][0]["finish_reason"],
         }
-    result: dict = {"usage": None, "finish": None}
+    result: dict[str, Any] = {"usage": None, "finish": None}
     async with client.stream("POST", path, json=body, headers=headers) as response:
         result.update(status=response.status_code, headers=response.headers)
         async for line in response.aiter_lines():
@@ -206,7 +209,7 @@ def test_concurrent_requests_of_two_teams_are_metered_exactly(engine, db_url, ng
     started = time.monotonic()
     with serve(proxy_for(ngram, db_url=db_url)) as url:
 
-        async def send_all() -> list[dict]:
+        async def send_all() -> list[dict[str, Any]]:
             async with httpx.AsyncClient(base_url=url, timeout=300) as client:
                 return await asyncio.gather(*(_call(client, *call) for call in calls))
 
@@ -273,6 +276,7 @@ def test_openai_client_works_unchanged(ngram, tmp_path: Path):
         )
         client.close()
     assert completion.choices[0].text
+    assert completion.usage is not None
     assert completion.usage.completion_tokens == 12
     assert chunks[-1].usage is not None
     assert chunks[-1].choices == []
