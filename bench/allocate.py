@@ -30,7 +30,7 @@ from app.allocation.windowing import Window
 from app.catalog import instance_prices
 from app.db import make_engine, unit_of_work
 from app.deployments.service import add_deployment, add_replica
-from app.domain.periods import month_bounds
+from app.domain.periods import Month
 from app.kit.bulk import bulk_insert
 from bench.common import fresh_postgres
 from ingest.service import IngestOptions, ingest_billing
@@ -42,7 +42,7 @@ TAG = "specledger-deployment"
 
 def usage_table(requests: int, sessions: int, seed: int = 11) -> pa.Table:
     rng = np.random.default_rng(seed)
-    start, end = month_bounds(MONTH)
+    start, end = Month.parse(MONTH).start, Month.parse(MONTH).end
     span_ns = int((end - start).total_seconds() * 1e9)
     arrived = np.sort(rng.integers(0, span_ns - 20 * 10**9, size=requests)) + int(
         start.timestamp() * 1e9
@@ -82,7 +82,7 @@ def usage_table(requests: int, sessions: int, seed: int = 11) -> pa.Table:
 
 def prepare(url: str, folder: Path, usage: pa.Table) -> None:
     migrate.upgrade(url)
-    start, end = month_bounds(MONTH)
+    start, end = Month.parse(MONTH).start, Month.parse(MONTH).end
     bill = folder / "bill.csv"
     if not bill.exists():
         write_bill(
@@ -107,7 +107,7 @@ def child_allocate(url: str) -> None:
     begin = time.perf_counter()
     with unit_of_work(engine) as session:
         summary = run_allocation(
-            session, Window(*month_bounds(MONTH), MONTH), share_idle=False, tag_key=TAG
+            session, Window.of_month(Month.parse(MONTH)), share_idle=False, tag_key=TAG
         )
     seconds = time.perf_counter() - begin
     print(

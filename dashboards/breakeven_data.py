@@ -21,7 +21,7 @@ from app.domain.breakeven import SpeculationModel, StepTimeModel, is_model_free,
 from app.domain.breakeven_report import breakeven_fit_as_dict, fit_breakeven
 from app.domain.breakeven_sweep import SweepPoint
 from app.domain.errors import InvalidInput
-from app.domain.periods import month_bounds
+from app.domain.periods import Month
 from app.ledger.repository import current_run_id
 from app.models import Deployment, LedgerEntry, Sweep, SweepPointRecord, UsageRecord
 from dashboards.data import merged_intervals
@@ -299,7 +299,8 @@ def _modelled(tiers: Sequence[TierSpec]) -> pd.DataFrame:
 
 def _measured_tiers(engine: Engine, month: str, team: str | None) -> pd.DataFrame:
     columns = ["tier", "concurrency", "usd_per_1k_session_seconds", "session_seconds"]
-    start, end = month_bounds(month)
+    parsed = Month.parse(month)
+    start, end = parsed.start, parsed.end
     with Session(engine) as session:
         run_id = current_run_id(session, month)
         if run_id is None:

@@ -18,7 +18,7 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from app.allocation.repository import to_ns
 from app.domain.ledger import CostLabel, EntryKind
-from app.domain.periods import month_bounds
+from app.domain.periods import Month
 from app.ledger.reconcile import reconcile
 from app.ledger.repository import allocated_months, current_run_id
 from app.models import LedgerEntry, UsageRecord
@@ -94,7 +94,7 @@ def ledger_by_hour(engine: Engine, *, month: str, team: str | None = None) -> pd
     ``(no team)``.
     """
     columns = ["period_start", "team", "kind", "currency", "effective_micros", "billed_micros"]
-    start, _ = month_bounds(month)
+    start = Month.parse(month).start
     with Session(engine) as session:
         run_id = current_run_id(session, month)
         if run_id is None:
@@ -138,7 +138,8 @@ def usage_by_hour(engine: Engine, *, month: str, team: str | None = None) -> pd.
         "draft_tokens",
         "accepted_tokens",
     ]
-    start, end = month_bounds(month)
+    parsed = Month.parse(month)
+    start, end = parsed.start, parsed.end
     hour = _hour(engine, UsageRecord.arrived_at).label("hour")
     query = (
         select(
@@ -214,7 +215,8 @@ def session_seconds_by_hour(engine: Engine, *, month: str, team: str | None = No
     Requests are those that arrived in the month (as in the unit-cost report); a session's
     covered time is cut at hour boundaries, so hours add up to days and months exactly.
     """
-    start, end = month_bounds(month)
+    parsed = Month.parse(month)
+    start, end = parsed.start, parsed.end
     query = select(
         UsageRecord.team, UsageRecord.session_id, UsageRecord.arrived_at, UsageRecord.finished_at
     ).where(UsageRecord.arrived_at >= start, UsageRecord.arrived_at < end)
@@ -292,7 +294,7 @@ def reconciliation_frame(engine: Engine, *, month: str, team: str | None = None)
             columns=columns,
         )
     with Session(engine) as session:
-        result = reconcile(session, month)
+        result = reconcile(session, Month.parse(month))
     if result.run_id is None and not result.bill:
         return pd.DataFrame(columns=columns)
     by_currency = result.by_currency()

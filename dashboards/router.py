@@ -24,7 +24,7 @@ from app.auth.deps import team_scope
 from app.auth.service import authenticate
 from app.deps import EngineDep, SessionDep
 from app.domain.errors import Unauthorized
-from app.domain.periods import month_bounds
+from app.domain.periods import InvalidMonth, Month
 from dashboards import breakeven_data, data, pages
 
 KEY_COOKIE = "specledger_key"
@@ -90,10 +90,9 @@ def _month(engine: EngineDep, month: str | None) -> str:
     if not month:
         return data.default_month(engine)
     try:
-        month_bounds(month)
-    except ValueError as exc:
+        return str(Month.parse(month))
+    except InvalidMonth as exc:
         raise HTTPException(422, str(exc)) from None
-    return month
 
 
 def _context(request: Request, month: str, team: str | None, admin_view: bool) -> pages.PageContext:

@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 
 from app.allocation.windowing import Window, compute_window
 from app.domain.ledger import AllocationMethod, EntryKind
-from app.domain.periods import month_bounds, next_month
+from app.domain.periods import Month
 from app.ledger.repository import current_run_ids
 from app.models import AllocationRun, BillingDelivery, LedgerClosure, LedgerEntry
 
@@ -50,7 +50,7 @@ def restatement_adjustments(
     closed_months = {c.month for c in closed}
     tables, adjusted = [], []
     for closure in closed:
-        window = Window(*month_bounds(closure.month), closure.month)
+        window = Window.of_month(Month.parse(closure.month))
         if _first_open_after(closure.month, closed_months) != month:
             continue
         if billing_fingerprint(
@@ -79,10 +79,10 @@ def restatement_adjustments(
 
 
 def _first_open_after(month: str, closed: set[str]) -> str:
-    current = next_month(month)
-    while current in closed:
-        current = next_month(current)
-    return current
+    current = Month.parse(month).next()
+    while str(current) in closed:
+        current = current.next()
+    return str(current)
 
 
 def _has_adjustments(session: Session, month: str) -> bool:

@@ -16,7 +16,7 @@ from app.allocation.schemas import (
 from app.allocation.windowing import Window
 from app.auth.deps import AdminDep, PrincipalDep, team_scope
 from app.deps import SessionDep, SettingsDep
-from app.domain.periods import month_bounds
+from app.domain.periods import Month
 from app.domain.windows import Step
 from app.errors import RESPONSES_READ, ErrorBody, InvalidParameter
 from app.kit.http_params import PageDep, WindowDep, parse_dimensions
@@ -120,7 +120,7 @@ def create_run(
 ) -> AllocationRunRead:
     """Allocate a month (or an ad-hoc window) and replace its previous run (admin)."""
     if body.month:
-        window = Window(*month_bounds(body.month), body.month)
+        window = Window.of_month(Month.parse(body.month))
     elif body.start is not None and body.end is not None:
         window = Window(body.start.astimezone(UTC), body.end.astimezone(UTC))
     else:  # the schema's validator already refuses this

@@ -10,6 +10,7 @@ from sqlalchemy.orm import Session
 from app.allocation import repository
 from app.allocation.compute import BillingRows, allocate
 from app.allocation.repository import Registry, RowRecord, UsageTable
+from app.domain.periods import Month
 
 
 @dataclass(frozen=True, slots=True)
@@ -18,6 +19,11 @@ class Window:
     end: datetime
     month: str | None = None
     """Set for a calendar-month window, which follows the invoice (BillingPeriodStart)."""
+
+    @classmethod
+    def of_month(cls, month: Month) -> "Window":
+        """The window of a calendar month: its bounds, booked as ``YYYY-MM``."""
+        return cls(month.start, month.end, str(month))
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,6 +13,7 @@ from sqlalchemy import Engine
 from app import migrate
 from app.db import make_engine
 from app.domain.errors import Invalid, SpecLedgerError
+from app.domain.periods import InvalidMonth, Month
 from app.settings import Settings
 
 err = Console(stderr=True)
@@ -39,6 +40,14 @@ def user_errors() -> Iterator[None]:
 
 def _print_error(message: str) -> None:
     err.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
+
+
+def parse_month(text: str) -> Month:
+    """A ``YYYY-MM`` option or argument, parsed once where it comes in (``parser=``)."""
+    try:
+        return Month.parse(text)
+    except InvalidMonth as exc:
+        raise typer.BadParameter(str(exc)) from None
 
 
 @contextmanager

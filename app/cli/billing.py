@@ -8,8 +8,16 @@ from typing import Annotated
 
 import typer
 
-from app.cli._support import UserError, err, open_engine, out, progress_bar, user_errors
-from app.domain.periods import month_bounds
+from app.cli._support import (
+    UserError,
+    err,
+    open_engine,
+    out,
+    parse_month,
+    progress_bar,
+    user_errors,
+)
+from app.domain.periods import Month
 from app.settings import get_settings
 
 billing_app = typer.Typer(help="Billing utilities (synthetic FOCUS bills).", no_args_is_help=True)
@@ -98,7 +106,7 @@ def billing_synth(
     out_path: Annotated[
         Path, typer.Option("--out", help="Output file: .csv, .csv.gz or .parquet.")
     ],
-    month: Annotated[str, typer.Option(help="Billing period, YYYY-MM.")],
+    month: Annotated[Month, typer.Option(help="Billing period, YYYY-MM.", parser=parse_month)],
     tag: Annotated[
         list[str],
         typer.Option(
@@ -131,10 +139,7 @@ def billing_synth(
                 f"unknown --instance-type {instance_type!r}; the catalog has "
                 f"{', '.join(sorted(prices))}"
             )
-        try:
-            period_start, period_end = month_bounds(month)
-        except ValueError as exc:
-            raise UserError(str(exc)) from None
+        period_start, period_end = month.start, month.end
         tags = dict(_split_tag(t) for t in tag)
         window_start = _utc(start) if start else period_start
         window_end = _utc(end) if end else period_end

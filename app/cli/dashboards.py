@@ -9,8 +9,7 @@ from typing import Annotated
 import typer
 from sqlalchemy import Engine
 
-from app.cli._support import open_engine, user_errors
-from app.domain.periods import month_bounds
+from app.cli._support import open_engine, parse_month, user_errors
 from app.settings import get_settings
 from dashboards import breakeven_data, data, pages
 
@@ -115,10 +114,7 @@ def export(
 ) -> None:
     """Write the cost, breakeven, speculation and tiers dashboards as static HTML files."""
     if month is not None:
-        try:
-            month_bounds(month)
-        except ValueError as exc:
-            raise typer.BadParameter(str(exc), param_hint="--month") from None
+        month = str(parse_month(month))
     with user_errors(), open_engine(get_settings()) as engine:
         written = export_pages(engine, out, month=month, team=team, inline=inline)
     for path in written:

@@ -32,7 +32,7 @@ from app.cli._support import err, open_engine, user_errors
 from app.db import unit_of_work
 from app.deployments.service import add_deployment, add_replica
 from app.domain.ledger import Dimension
-from app.domain.periods import month_bounds, month_of
+from app.domain.periods import Month
 from app.ledger.costs import unit_costs
 from app.ledger.reconcile import reconcile
 from app.models import Deployment
@@ -109,18 +109,18 @@ def run_demo(
     if sweep:
         step("breakeven sweep: no speculation vs ngram k=4 at concurrency 1-32")
         result.sweep_csv = _sweep(data_dir, settings)
-    result.month = month_of(started)
+    result.month = str(Month.of(started))
     step(f"writing a synthetic FOCUS bill for {DEPLOYMENT} and ingesting it")
     _bill(engine, data_dir, started, finished)
     step(f"allocating {result.month}")
     with unit_of_work(engine) as session:
         run_allocation(
             session,
-            Window(*month_bounds(result.month), result.month),
+            Window.of_month(Month.of(started)),
             share_idle=False,
             tag_key=settings.billing_tag_key,
         )
-    result.summary = _summary(engine, result.month)
+    result.summary = _summary(engine, Month.of(started))
     return result
 
 
@@ -237,7 +237,8 @@ def _sweep(data_dir: Path, settings: Settings) -> Path:
 
 
 def _bill(engine: Engine, data_dir: Path, started: datetime, finished: datetime) -> None:
-    month_start, month_end = month_bounds(month_of(started))
+    month = Month.of(started)
+    month_start, month_end = month.start, month.end
     first = started.replace(minute=0, second=0, microsecond=0)
     last = min(finished.replace(minute=0, second=0, microsecond=0) + timedelta(hours=1), month_end)
     table = synth_rows(
@@ -250,16 +251,15 @@ def _bill(engine: Engine, data_dir: Path, started: datetime, finished: datetime)
             {"specledger-deployment": DEPLOYMENT},
         )
     )
-    path = data_dir / f"demo-bill-{month_of(started)}.csv"
+    path = data_dir / f"demo-bill-{month}.csv"
     write_bill(table, path)
     ingest_billing(engine, str(path), IngestOptions(source="demo-synthetic-bill", force=True))
 
 
-def _summary(engine: Engine, month: str) -> list[str]:
-    start, end = month_bounds(month)
+def _summary(engine: Engine, month: Month) -> list[str]:
     with Session(engine) as session:
         balance = reconcile(session, month)
-        costs = unit_costs(session, month=month, start=start, end=end, by=[Dimension.team])
+        costs = unit_costs(session, month=month, by=[Dimension.team])
     lines = [
         f"Reconciliation {month}: {'balanced to the micro' if balance.balanced else 'NOT balanced'}"
     ]

@@ -10,12 +10,12 @@ from sqlalchemy.orm import Session
 
 from app.allocation.service import run_allocation
 from app.allocation.windowing import Window
-from app.cli._support import open_engine, user_errors
+from app.cli._support import open_engine, parse_month, user_errors
 from app.db import unit_of_work
 from app.deployments import service as registry
 from app.domain.ledger import Dimension, SharedPolicy
 from app.domain.money import format_micros
-from app.domain.periods import month_bounds
+from app.domain.periods import Month
 from app.settings import get_settings
 
 deployments_app = typer.Typer(
@@ -25,10 +25,7 @@ deployments_app = typer.Typer(
 
 def month_window(month: str) -> Window:
     """The calendar month YYYY-MM as a half-open UTC window."""
-    try:
-        return Window(*month_bounds(month), month)
-    except ValueError as exc:
-        raise typer.BadParameter(str(exc)) from None
+    return Window.of_month(parse_month(month))
 
 
 def window_from(month: str | None, start: datetime | None, end: datetime | None) -> Window:
@@ -190,14 +187,15 @@ ledger_app = typer.Typer(help="Close months and inspect the ledger.", no_args_is
 
 @ledger_app.command("close")
 def ledger_close(
-    month: Annotated[str, typer.Argument(help="The month to close, YYYY-MM.")],
+    month: Annotated[
+        Month, typer.Argument(help="The month to close, YYYY-MM.", parser=parse_month)
+    ],
 ) -> None:
     """Freeze a month: its ledger entries can never be updated or deleted again (the database
     refuses it). Billing that changes a closed month later becomes adjusting entries in the
     first open month, naming the month they correct."""
     from app.ledger.service import close_month
 
-    month_window(month)
     with user_errors(), open_engine(get_settings()) as engine, unit_of_work(engine) as session:
         closure = close_month(session, month)
     typer.echo(f"{month} closed (run {closure.run_id})")
@@ -216,7 +214,7 @@ def ledger_closed() -> None:
 
 
 def costs(
-    month: Annotated[str, typer.Option(help="The month, YYYY-MM.")],
+    month: Annotated[Month, typer.Option(help="The month, YYYY-MM.", parser=parse_month)],
     by: Annotated[
         str,
         typer.Option(
@@ -232,15 +230,12 @@ def costs(
     1K session-seconds, per 1M output tokens, per 1M tokens, per GPU-hour, idle share."""
     from app.ledger.costs import unit_costs
 
-    window = month_window(month)
     dimensions = [d.strip() for d in by.split(",") if d.strip()]
     with user_errors(), open_engine(get_settings()) as engine, Session(engine) as session:
-        lines = unit_costs(
-            session, month=month, start=window.start, end=window.end, by=dimensions, team=team
-        )
+        lines = unit_costs(session, month=month, by=dimensions, team=team)
     records = [line.to_json(dimensions) for line in lines]
     if as_json:
-        typer.echo(json.dumps({"month": month, "by": dimensions, "lines": records}, indent=2))
+        typer.echo(json.dumps({"month": str(month), "by": dimensions, "lines": records}, indent=2))
         return
     header = [
         *dimensions,
@@ -259,14 +254,13 @@ def costs(
 
 
 def reconcile_cmd(
-    month: Annotated[str, typer.Option(help="The month, YYYY-MM.")],
+    month: Annotated[Month, typer.Option(help="The month, YYYY-MM.", parser=parse_month)],
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Check that the month's bill = allocated + idle + unallocated, to the micro, per currency
     and deployment; list the unallocated rows. Exits 1 when it does not balance."""
     from app.ledger.reconcile import reconcile, reconciliation_text
 
-    month_window(month)
     with open_engine(get_settings()) as engine, Session(engine) as session:
         result = reconcile(session, month)
     typer.echo(json.dumps(result.to_json(), indent=2) if as_json else reconciliation_text(result))
@@ -279,7 +273,7 @@ export_app = typer.Typer(help="Export chargeback data.", no_args_is_help=True)
 
 @export_app.command("chargeback")
 def export_chargeback(
-    month: Annotated[str, typer.Option(help="The month, YYYY-MM.")],
+    month: Annotated[Month, typer.Option(help="The month, YYYY-MM.", parser=parse_month)],
     out_path: Annotated[Path, typer.Option("--out", help="Output file.")],
     fmt: Annotated[
         str,
@@ -303,16 +297,13 @@ def export_chargeback(
 
     if fmt not in ("csv", "parquet", "focus"):
         raise typer.BadParameter("--format must be csv, parquet or focus")
-    window = month_window(month)
     with user_errors(), open_engine(get_settings()) as engine, Session(engine) as session:
         if fmt == "focus":
             table = focus_allocation_table(session, month, team=team)
             write_table(table, out_path, "csv" if out_path.name.endswith(".csv") else "parquet")
         else:
             by = [Dimension.cost_center if by_cost_center else Dimension.team, Dimension.deployment]
-            lines = unit_costs(
-                session, month=month, start=window.start, end=window.end, by=by, team=team
-            )
+            lines = unit_costs(session, month=month, by=by, team=team)
             table = chargeback_table(lines, by, month)
             write_table(table, out_path, fmt)
     typer.echo(f"wrote {table.num_rows} rows to {out_path}")

@@ -8,7 +8,7 @@ from fastapi import Depends, Query
 
 from app.deps import NowDep
 from app.domain.ledger import Dimension
-from app.domain.periods import month_bounds
+from app.domain.periods import InvalidMonth, Month
 from app.domain.windows import GRAMMAR, InvalidWindow, TimeWindow, parse_window
 from app.errors import InvalidParameter
 
@@ -43,15 +43,14 @@ def month_param(
         str,
         Query(description="A calendar month, YYYY-MM (UTC).", examples=["2026-11"], max_length=7),
     ],
-) -> str:
+) -> Month:
     try:
-        month_bounds(month)
-    except ValueError as exc:
+        return Month.parse(month)
+    except InvalidMonth as exc:
         raise InvalidParameter("query.month", str(exc)) from None
-    return month
 
 
-MonthDep = Annotated[str, Depends(month_param)]
+MonthDep = Annotated[Month, Depends(month_param)]
 
 
 def parse_dimensions(text: str, field: str) -> tuple[str, ...]:

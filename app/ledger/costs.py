@@ -18,6 +18,7 @@ from app.allocation.repository import to_ns
 from app.domain.errors import Invalid
 from app.domain.ledger import TAG_PREFIX, CostLabel, Dimension, EntryKind
 from app.domain.money import format_micros
+from app.domain.periods import Month
 from app.domain.sessions import session_totals_arrays
 from app.ledger.repository import current_run_id
 from app.models import LedgerEntry, UsageRecord
@@ -77,20 +78,19 @@ class CostLine:
 def unit_costs(
     session: Session,
     *,
-    month: str,
-    start: datetime,
-    end: datetime,
+    month: Month,
     by: Sequence[str],
     team: str | None = None,
 ) -> list[CostLine]:
-    """Cost lines grouped by ``by`` (dimensions or ``tag:KEY``); ``team`` filters to one team."""
+    """Cost lines of a month grouped by ``by`` (dimensions or ``tag:KEY``); ``team`` filters to
+    one team. Requests count in the month they arrived in."""
     for dimension in by:
         if dimension not in tuple(Dimension) and not dimension.startswith(TAG_PREFIX):
             raise Invalid(
                 f"cannot group by {dimension!r}; use one of {', '.join(Dimension)} or tag:KEY"
             )
-    run_id = current_run_id(session, month)
-    usage = _usage(session, start, end, team)
+    run_id = current_run_id(session, str(month))
+    usage = _usage(session, month.start, month.end, team)
     cost_by_event = _cost_by_event(session, run_id)
     other = _other_entries(session, run_id, team)
     lines: dict[tuple[str, ...], CostLine] = {}

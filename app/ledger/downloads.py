@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 from sqlalchemy.orm import Session
 
 from app.domain.ledger import Dimension
-from app.domain.periods import month_bounds
+from app.domain.periods import Month
 from app.ledger.costs import unit_costs
 from app.ledger.export import chargeback_table, focus_allocation_table
 
@@ -33,7 +33,7 @@ class Download:
 def chargeback_file(
     session: Session,
     *,
-    month: str,
+    month: Month,
     fmt: ChargebackFormat,
     team: str | None,
     by_cost_center: bool = False,
@@ -43,9 +43,8 @@ def chargeback_file(
         table = focus_allocation_table(session, month, team=team)
         stem = f"focus-allocation-{month}"
     else:
-        start, end = month_bounds(month)
         by = [Dimension.cost_center if by_cost_center else Dimension.team, Dimension.deployment]
-        lines = unit_costs(session, month=month, start=start, end=end, by=by, team=team)
+        lines = unit_costs(session, month=month, by=by, team=team)
         table = chargeback_table(lines, by, month)
         stem = f"chargeback-{month}"
     if team is not None:

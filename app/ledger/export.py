@@ -18,7 +18,7 @@ from app.domain.allocation import split_by_weight
 from app.domain.focus import TYPED_COLUMNS
 from app.domain.ledger import EntryKind
 from app.domain.money import micros_to_decimal
-from app.domain.periods import month_bounds
+from app.domain.periods import Month
 from app.ledger.costs import CostLine
 from app.ledger.repository import current_run_id
 from app.models import BillingRow, LedgerEntry
@@ -27,10 +27,10 @@ MONEY = pa.decimal128(38, 6)
 FOCUS_OF_DB = {db: focus for focus, db in TYPED_COLUMNS.items()}
 
 
-def chargeback_table(lines: Sequence[CostLine], by: Sequence[str], month: str) -> pa.Table:
+def chargeback_table(lines: Sequence[CostLine], by: Sequence[str], month: Month) -> pa.Table:
     """One row per line, money as exact decimals."""
     records = [line.to_json(by) for line in lines]
-    columns: dict[str, list[Any]] = {"month": [month] * len(records)}
+    columns: dict[str, list[Any]] = {"month": [str(month)] * len(records)}
     for name in records[0] if records else {"effective_cost": None}:
         columns[name] = [r.get(name) for r in records]
     table = pa.table({name: pa.array(values) for name, values in columns.items()})
@@ -53,7 +53,7 @@ def write_table(table: pa.Table, out: Path, fmt: str) -> None:
         pacsv.write_csv(table, out)
 
 
-def focus_allocation_table(session: Session, month: str, *, team: str | None = None) -> pa.Table:
+def focus_allocation_table(session: Session, month: Month, *, team: str | None = None) -> pa.Table:
     """FOCUS 1.3 rows, one per ledger entry of the month's run.
 
     Each row keeps its source row's FOCUS and ``x_`` columns; BilledCost and EffectiveCost
@@ -61,7 +61,7 @@ def focus_allocation_table(session: Session, month: str, *, team: str | None = N
     largest remainder, so each source row's shares sum back to it exactly. Adjustments for a
     closed month (they have no source row) become ``Correction`` rows of their own.
     """
-    run_id = current_run_id(session, month)
+    run_id = current_run_id(session, str(month))
     query = (
         select(LedgerEntry, BillingRow)
         .join(BillingRow, BillingRow.id == LedgerEntry.billing_row_id)
@@ -163,11 +163,11 @@ def _payer_columns(row: BillingRow) -> dict[str, Any]:
 
 
 def _adjustment_row(
-    entry: LedgerEntry, month: str, payer: dict[str, Any], run_id: int
+    entry: LedgerEntry, month: Month, payer: dict[str, Any], run_id: int
 ) -> dict[str, Any]:
     """A restatement booked in ``month``: the change to a closed month's allocation after
     its billing was re-delivered. List and contracted cost are not restated (zero)."""
-    start, end = month_bounds(month)
+    start, end = month.start, month.end
     adjusted_kind = entry.method.restated_kind
     return {
         **payer,

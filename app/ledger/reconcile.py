@@ -9,7 +9,7 @@ from sqlalchemy.orm import Session
 
 from app.domain.ledger import CostLabel, EntryKind
 from app.domain.money import format_micros
-from app.domain.periods import month_bounds
+from app.domain.periods import Month
 from app.ledger.repository import current_run_id
 from app.models import BillingDelivery, BillingRow, LedgerEntry
 
@@ -95,11 +95,11 @@ class Reconciliation:
         }
 
 
-def reconcile(session: Session, month: str) -> Reconciliation:
+def reconcile(session: Session, month: Month) -> Reconciliation:
     """Compare a month's bill with its ledger, per currency and deployment."""
-    start, _ = month_bounds(month)
-    run_id = current_run_id(session, month)
-    result = Reconciliation(month, run_id)
+    start = month.start
+    run_id = current_run_id(session, str(month))
+    result = Reconciliation(str(month), run_id)
     current_rows = (
         select(
             BillingRow.id,

@@ -7,7 +7,7 @@ from fastapi.responses import Response
 
 from app.auth.deps import AdminDep, PrincipalDep, team_scope
 from app.deps import SessionDep
-from app.domain.periods import month_bounds
+from app.domain.periods import Month
 from app.errors import RESPONSES_READ, ErrorBody
 from app.kit.http_params import MonthDep, PageDep, parse_dimensions
 from app.kit.responses import Format, csv_download, download
@@ -55,12 +55,9 @@ def get_costs(
     """Unit costs for a month: cost, GPU-seconds, session-seconds, tokens, acceptance, and
     cost per 1K session-seconds, per 1M tokens and per GPU-hour."""
     dimensions = parse_dimensions(by, "query.by")
-    start, end = month_bounds(month)
     lines = unit_costs(
         session,
         month=month,
-        start=start,
-        end=end,
         by=list(dimensions),
         team=team_scope(principal, team),
     )
@@ -69,7 +66,7 @@ def get_costs(
         columns = list(records[0]) if records else [*dimensions, "effective_cost"]
         return csv_download(columns, records, filename=f"costs-{month}.csv")
     return CostPage(
-        month=month,
+        month=str(month),
         by=list(dimensions),
         items=[CostLineRead.of(record, dimensions) for record in records],
         total=len(lines),
@@ -143,5 +140,5 @@ def get_closures(session: SessionDep, _principal: PrincipalDep) -> list[ClosureR
 )
 def create_closure(body: ClosureCreate, session: SessionDep, _admin: AdminDep) -> ClosureRead:
     """Close a month: its ledger can never change again (admin)."""
-    closure = close_month(session, body.month)
+    closure = close_month(session, Month.parse(body.month))
     return ClosureRead.model_validate(closure)

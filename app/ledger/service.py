@@ -7,7 +7,7 @@ from sqlalchemy.orm import Session
 
 from app.allocation.restatement import billing_fingerprint
 from app.domain.errors import Conflict, MonthClosed
-from app.domain.periods import month_bounds
+from app.domain.periods import Month
 from app.ledger.repository import current_run_id
 from app.models import LedgerClosure
 
@@ -16,7 +16,7 @@ class MonthNotAllocated(Conflict):
     """The month has no allocation run yet, so there is nothing to close."""
 
 
-def close_month(session: Session, month: str, *, now: datetime | None = None) -> LedgerClosure:
+def close_month(session: Session, month: Month, *, now: datetime | None = None) -> LedgerClosure:
     """Freeze a month's ledger, recording the billing it was closed on; the month is closed
     when the caller commits.
 
@@ -24,19 +24,18 @@ def close_month(session: Session, month: str, *, now: datetime | None = None) ->
         MonthClosed: If the month is already closed.
         MonthNotAllocated: If it has no allocation run.
     """
-    start, _ = month_bounds(month)
-    if session.get(LedgerClosure, month):
+    if session.get(LedgerClosure, str(month)):
         raise MonthClosed(f"{month} is already closed")
-    run_id = current_run_id(session, month)
+    run_id = current_run_id(session, str(month))
     if run_id is None:
         raise MonthNotAllocated(
             f"{month} has no allocation: run `specledger allocate --month {month}` first"
         )
     closure = LedgerClosure(
-        month=month,
+        month=str(month),
         closed_at=now or datetime.now(UTC),
         run_id=run_id,
-        billing_fingerprint=billing_fingerprint(session, start),
+        billing_fingerprint=billing_fingerprint(session, month.start),
     )
     session.add(closure)
     session.flush()

@@ -15,6 +15,7 @@ from app.cli.ledger import month_window
 from app.db import unit_of_work
 from app.deployments.service import add_deployment, add_replica
 from app.domain.errors import MonthClosed
+from app.domain.periods import Month
 from app.ledger.export import focus_allocation_table
 from app.ledger.service import MonthNotAllocated, close_month
 from app.models import LedgerClosure, LedgerEntry
@@ -39,7 +40,7 @@ def _allocate(engine: Engine, month: str) -> RunSummary:
 
 def _close(engine: Engine, month: str) -> None:
     with unit_of_work(engine) as session:
-        close_month(session, month)
+        close_month(session, Month.parse(month))
 
 
 @pytest.fixture
@@ -207,8 +208,8 @@ def test_focus_export_carries_restatements_as_correction_rows(
     _allocate(closed_october, "2026-11")
 
     with Session(closed_october) as session:
-        rows = focus_allocation_table(session, "2026-11").to_pylist()
-        ads_only = focus_allocation_table(session, "2026-11", team="ads").to_pylist()
+        rows = focus_allocation_table(session, Month(2026, 11)).to_pylist()
+        ads_only = focus_allocation_table(session, Month(2026, 11), team="ads").to_pylist()
 
     corrections = [r for r in rows if r["ChargeClass"] == "Correction"]
     assert sorted((r["x_CorrectsMonth"], r["EffectiveCost"]) for r in corrections) == [

@@ -19,7 +19,7 @@ from app.allocation.service import run_allocation
 from app.allocation.windowing import Window
 from app.db import unit_of_work
 from app.deployments.service import add_deployment, add_replica
-from app.domain.periods import month_bounds
+from app.domain.periods import Month
 from app.models import Sweep, SweepPointRecord
 from ingest.service import IngestOptions, ingest_billing
 from tests.factories import insert_usage, usage_record
@@ -179,7 +179,7 @@ def seed_month(engine: Engine, folder: Path) -> Seeded:
     with unit_of_work(engine) as session:
         run_allocation(
             session,
-            Window(*month_bounds(MONTH), MONTH),
+            Window.of_month(Month.parse(MONTH)),
             share_idle=False,
             tag_key="specledger-deployment",
         )

@@ -8,7 +8,7 @@ import pytest
 from sqlalchemy import Engine, delete, update
 from sqlalchemy.orm import Session
 
-from app.domain.periods import month_bounds
+from app.domain.periods import Month
 from app.ledger.costs import CostLine, unit_costs
 from app.models import Sweep, SweepPointRecord
 from dashboards import breakeven_data, data, figures
@@ -16,9 +16,8 @@ from tests.dashboards.seed import MONTH, TEAMS, Seeded, add_sweep
 
 
 def _unit_costs_by_team(engine: Engine, team: str | None = None) -> dict[str, CostLine]:
-    start, end = month_bounds(MONTH)
     with Session(engine) as session:
-        lines = unit_costs(session, month=MONTH, start=start, end=end, by=["team"], team=team)
+        lines = unit_costs(session, month=Month.parse(MONTH), by=["team"], team=team)
     return {line.key[0]: line for line in lines}
 
 
