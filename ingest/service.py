@@ -11,6 +11,7 @@ import tempfile
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -101,9 +102,19 @@ class _Period:
 
 
 def ingest_billing(
-    engine: Engine, location: str, options: IngestOptions, progress: ProgressHook | None = None
+    bind: Engine | Connection,
+    location: str,
+    options: IngestOptions,
+    progress: ProgressHook | None = None,
 ) -> IngestReport:
     """Ingest billing from a file, a folder or an ``s3://bucket/prefix``.
+
+    Args:
+        bind: An engine (the ingest is its own transaction) or the caller's connection (the
+            ingest is a savepoint in the caller's transaction, which the caller commits).
+        location: The file, folder or S3 prefix.
+        options: How to read and replace.
+        progress: Called as files are read and rows written.
 
     Raises:
         IngestError: If any input cannot be used; then nothing was written.
@@ -122,7 +133,7 @@ def ingest_billing(
             batches = [discover_files(Path(location), source=options.source)]
         files, problems = _read_files(batches, options.normalise, report, progress)
         now = datetime.now(UTC)
-        with engine.begin() as conn:
+        with _transaction(bind) as conn:
             periods = {
                 key: _Period(delivery, decide(conn, delivery, force=options.force))
                 for key, delivery in _plan_periods(files, options.normalise).items()
@@ -151,6 +162,16 @@ def ingest_billing(
     if progress:
         progress("done", 1, 1)
     return report
+
+
+@contextmanager
+def _transaction(bind: Engine | Connection) -> Iterator[Connection]:
+    if isinstance(bind, Engine):
+        with bind.begin() as conn:
+            yield conn
+    else:
+        with bind.begin_nested():
+            yield bind
 
 
 def _read_files(

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 from sqlalchemy import Engine, make_url, text
+from sqlalchemy.orm import Session
 
 from app import migrate
 from app.db import Base, make_engine
@@ -111,6 +112,20 @@ def engine(migrated_engine: Engine, db_url: str) -> Iterator[Engine]:
     with migrated_engine.begin() as conn:
         for table in reversed(Base.metadata.sorted_tables):
             conn.execute(table.delete())
+
+
+@pytest.fixture
+def session(migrated_engine: Engine) -> Iterator[Session]:
+    """A session whose work is rolled back after the test, closed months included: the code
+    under test takes it as its unit of work (and may commit: that ends a savepoint), so
+    nothing reaches the database and no schema has to be rebuilt."""
+    with migrated_engine.connect() as connection:
+        outer = connection.begin()
+        with Session(
+            bind=connection, join_transaction_mode="create_savepoint", expire_on_commit=False
+        ) as session:
+            yield session
+        outer.rollback()
 
 
 @pytest.fixture

@@ -4,7 +4,7 @@ import itertools
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Engine, insert
+from sqlalchemy import Connection, Engine, insert
 
 from app.models import UsageRecord
 
@@ -55,8 +55,12 @@ def usage_record(
     return row
 
 
-def insert_usage(engine: Engine, rows: list[dict[str, Any]]) -> None:
-    with engine.begin() as conn:
+def insert_usage(bind: Engine | Connection, rows: list[dict[str, Any]]) -> None:
+    """Store usage rows: in a transaction of their own (an engine) or the caller's."""
+    if isinstance(bind, Connection):
+        bind.execute(insert(UsageRecord), rows)
+        return
+    with bind.begin() as conn:
         conn.execute(insert(UsageRecord), rows)
 
 

@@ -1,18 +1,21 @@
-"""Closed months are immutable (the database refuses); late billing becomes adjustments."""
+"""Closed months are immutable (the database refuses); late billing becomes adjustments.
+
+Every test works in the ``session`` fixture's transaction, rolled back afterwards: closed
+months included, so no schema has to be rebuilt."""
 
 import os
 import time
+from contextlib import nullcontext
 from decimal import Decimal
 from pathlib import Path
 
 import pytest
-from sqlalchemy import Delete, Engine, Update, delete, func, select, text, update
+from sqlalchemy import Delete, Update, delete, func, select, text, update
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from app.allocation.service import RunSummary, run_allocation
 from app.cli.ledger import month_window
-from app.db import unit_of_work
 from app.deployments.service import add_deployment, add_replica
 from app.domain.errors import MonthClosed
 from app.domain.periods import Month
@@ -26,56 +29,50 @@ from tests.ingest.helpers import focus_row, write_focus_csv
 TAG = "specledger-deployment"
 
 
-def _ingest(engine: Engine, path: Path, rows: list[dict[str, str]], *, age_s: float = 0) -> None:
+def _ingest(session: Session, path: Path, rows: list[dict[str, str]], *, age_s: float = 0) -> None:
     write_focus_csv(path, rows)
     stamp = time.time() - age_s
     os.utime(path, (stamp, stamp))
-    ingest_billing(engine, str(path), IngestOptions(source="aws"))
+    ingest_billing(session.connection(), str(path), IngestOptions(source="aws"))
 
 
-def _allocate(engine: Engine, month: str) -> RunSummary:
-    with unit_of_work(engine) as session:
-        return run_allocation(session, month_window(month), share_idle=False, tag_key=TAG)
+def _allocate(session: Session, month: str) -> RunSummary:
+    return run_allocation(session, month_window(month), share_idle=False, tag_key=TAG)
 
 
-def _close(engine: Engine, month: str) -> None:
-    with unit_of_work(engine) as session:
-        close_month(session, Month.parse(month))
+def _close(session: Session, month: str) -> None:
+    close_month(session, Month.parse(month))
 
 
 @pytest.fixture
-def closed_october(engine: Engine, tmp_path: Path) -> Engine:
+def closed_october(session: Session, tmp_path: Path) -> Session:
     _ingest(
-        engine,
+        session,
         tmp_path / "oct.csv",
         [focus_row(hour=h, cost="10.00") for h in range(2)],
         age_s=3600,
     )
-    with Session(engine) as session, session.begin():
-        add_deployment(session, name="d1")
-        add_replica(session, deployment="d1", name="r1", gpus=1)
+    add_deployment(session, name="d1")
+    add_replica(session, deployment="d1", name="r1", gpus=1)
     insert_usage(
-        engine,
+        session.connection(),
         [
             usage_record(arrived=at(0, 5), gpu_ns=1_800 * 10**9, team="search", session_id="a"),
             usage_record(arrived=at(1, 5), gpu_ns=900 * 10**9, team="ads", session_id="b"),
         ],
     )
-    _allocate(engine, "2026-10")
-    _close(engine, "2026-10")
-    return engine
+    _allocate(session, "2026-10")
+    _close(session, "2026-10")
+    return session
 
 
-def _entry_count(engine: Engine, month: str) -> int:
-    with engine.connect() as conn:
-        return (
-            conn.scalar(
-                select(func.count())
-                .select_from(LedgerEntry)
-                .where(LedgerEntry.booked_month == month)
-            )
-            or 0
+def _entry_count(session: Session, month: str) -> int:
+    return (
+        session.scalar(
+            select(func.count()).select_from(LedgerEntry).where(LedgerEntry.booked_month == month)
         )
+        or 0
+    )
 
 
 @pytest.mark.parametrize(
@@ -89,36 +86,36 @@ def _entry_count(engine: Engine, month: str) -> int:
     ],
 )
 def test_the_database_refuses_to_change_a_closed_month(
-    closed_october: Engine, statement: Update | Delete
+    closed_october: Session, statement: Update | Delete
 ) -> None:
     before = _entry_count(closed_october, "2026-10")
-    with pytest.raises(DBAPIError, match="closed"), closed_october.begin() as conn:
-        conn.execute(statement)
+    with pytest.raises(DBAPIError, match="closed"), closed_october.begin_nested():
+        closed_october.connection().execute(statement)
     assert _entry_count(closed_october, "2026-10") == before
 
 
-def test_truncate_is_refused_on_postgresql(closed_october: Engine) -> None:
-    if closed_october.dialect.name != "postgresql":
+def test_truncate_is_refused_on_postgresql(closed_october: Session) -> None:
+    if closed_october.get_bind().dialect.name != "postgresql":
         pytest.skip("SQLite has no TRUNCATE")
-    with pytest.raises(DBAPIError, match="closed"), closed_october.begin() as conn:
-        conn.execute(text("TRUNCATE ledger_entries"))
+    with pytest.raises(DBAPIError, match="closed"), closed_october.begin_nested():
+        closed_october.connection().execute(text("TRUNCATE ledger_entries"))
     assert _entry_count(closed_october, "2026-10") > 0
 
 
-def test_allocating_or_closing_a_closed_month_again_is_refused(closed_october: Engine) -> None:
+def test_allocating_or_closing_a_closed_month_again_is_refused(closed_october: Session) -> None:
     with pytest.raises(MonthClosed):
         _allocate(closed_october, "2026-10")
     with pytest.raises(MonthClosed, match="already closed"):
         _close(closed_october, "2026-10")
 
 
-def test_closing_needs_an_allocation(engine: Engine) -> None:
+def test_closing_needs_an_allocation(session: Session) -> None:
     with pytest.raises(MonthNotAllocated, match="allocate"):
-        _close(engine, "2026-09")
+        _close(session, "2026-09")
 
 
 def test_redelivery_of_a_closed_month_becomes_adjustments_in_the_next_open_month(
-    closed_october: Engine, tmp_path: Path
+    closed_october: Session, tmp_path: Path
 ) -> None:
     frozen = _entry_count(closed_october, "2026-10")
     # AWS restates October: hour 1 now costs 16.00 instead of 10.00.
@@ -133,7 +130,7 @@ def test_redelivery_of_a_closed_month_becomes_adjustments_in_the_next_open_month
 
     assert summary.adjusted_months == ["2026-10"]
     assert _entry_count(closed_october, "2026-10") == frozen
-    with closed_october.connect() as conn:
+    with nullcontext(closed_october.connection()) as conn:
         adjustments = conn.execute(
             select(LedgerEntry.method, LedgerEntry.team, LedgerEntry.effective_cost_micros)
             .where(LedgerEntry.kind == "adjustment")
@@ -154,7 +151,7 @@ def test_redelivery_of_a_closed_month_becomes_adjustments_in_the_next_open_month
 
     # Re-running November recomputes the same adjustments (no double counting).
     _allocate(closed_october, "2026-11")
-    with closed_october.connect() as conn:
+    with nullcontext(closed_october.connection()) as conn:
         total = conn.scalar(
             select(func.sum(LedgerEntry.effective_cost_micros)).where(
                 LedgerEntry.kind == "adjustment"
@@ -164,7 +161,7 @@ def test_redelivery_of_a_closed_month_becomes_adjustments_in_the_next_open_month
 
 
 def test_correction_rows_name_the_month_they_correct(
-    closed_october: Engine, tmp_path: Path
+    closed_october: Session, tmp_path: Path
 ) -> None:
     correction = focus_row(
         "2026-11",
@@ -178,7 +175,7 @@ def test_correction_rows_name_the_month_they_correct(
 
     _allocate(closed_october, "2026-11")
 
-    with closed_october.connect() as conn:
+    with nullcontext(closed_october.connection()) as conn:
         rows = conn.execute(
             select(
                 LedgerEntry.kind,
@@ -197,7 +194,7 @@ def test_correction_rows_name_the_month_they_correct(
 
 
 def test_focus_export_carries_restatements_as_correction_rows(
-    closed_october: Engine, tmp_path: Path
+    closed_october: Session, tmp_path: Path
 ) -> None:
     _ingest(
         closed_october,
@@ -207,9 +204,8 @@ def test_focus_export_carries_restatements_as_correction_rows(
     _ingest(closed_october, tmp_path / "nov.csv", [focus_row("2026-11", hour=0, cost="3.00")])
     _allocate(closed_october, "2026-11")
 
-    with Session(closed_october) as session:
-        rows = focus_allocation_table(session, Month(2026, 11)).to_pylist()
-        ads_only = focus_allocation_table(session, Month(2026, 11), team="ads").to_pylist()
+    rows = focus_allocation_table(closed_october, Month(2026, 11)).to_pylist()
+    ads_only = focus_allocation_table(closed_october, Month(2026, 11), team="ads").to_pylist()
 
     corrections = [r for r in rows if r["ChargeClass"] == "Correction"]
     assert sorted((r["x_CorrectsMonth"], r["EffectiveCost"]) for r in corrections) == [
