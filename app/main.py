@@ -13,6 +13,8 @@ from app import __version__, migrate
 from app.allocation.router import router as allocation_router
 from app.auth.deps import get_principal
 from app.auth.router import router as auth_router
+from app.breakeven.router import router as breakeven_router
+from app.breakeven.router import tiers_router
 from app.db import make_engine
 from app.deployments.router import router as deployments_router
 from app.errors import install_error_handlers
@@ -20,8 +22,6 @@ from app.ledger.router import router as ledger_router
 from app.ops import MetricsMiddleware, RequestMetrics
 from app.ops import router as ops_router
 from app.settings import Settings, get_settings
-from app.sweeps.router import router as sweeps_router
-from app.sweeps.router import tiers_router
 from app.usage.router import router as usage_router
 from app.waste.router import router as waste_router
 from dashboards.router import router as dashboards_router
@@ -46,7 +46,7 @@ V1_ROUTERS: tuple[APIRouter, ...] = (
     allocation_router,
     ledger_router,
     usage_router,
-    sweeps_router,
+    breakeven_router,
     tiers_router,
     waste_router,
     deployments_router,

@@ -1,13 +1,16 @@
 """Frames of the breakeven and tiers dashboards: stored sweeps and their fits, the tier
-catalog, and the tiers measured from the ledger."""
+catalog with the brief's quoted figures checked against the computed ones, and the tiers
+measured from the ledger.
 
-import json
+Sweeps, fits and the tier catalog come from the breakeven feature (:mod:`app.breakeven`):
+this module reads no catalog file and no fit JSON of its own; a stored fit is read back
+through :class:`app.breakeven.schemas.StoredFit`.
+"""
+
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
-from importlib import resources
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -16,19 +19,20 @@ from sqlalchemy import Engine, func, select
 from sqlalchemy.orm import Session
 
 from app.allocation.repository import to_ns
-from app.catalog import instance_prices
-from app.domain.breakeven import SpeculationModel, StepTimeModel, is_model_free, speedup
-from app.domain.breakeven_report import breakeven_fit_as_dict, fit_breakeven
-from app.domain.breakeven_sweep import SweepPoint
-from app.domain.errors import InvalidInput
+from app.breakeven import service, tiers
+from app.breakeven.schemas import StoredFit
+from app.breakeven.sweep_file import SweepRow
+from app.breakeven.tier_catalog import TierCatalog, TierCatalogError, load_tier_catalog
+from app.domain.breakeven.model import SpeculationModel, is_model_free, speedup
+from app.domain.breakeven.sweep import SweepPoint
+from app.domain.breakeven.tier_costs import SpeculationMode, cost_curve
+from app.domain.errors import Invalid
 from app.domain.periods import Month
 from app.ledger.repository import current_run_id
-from app.models import Deployment, LedgerEntry, Sweep, SweepPointRecord, UsageRecord
+from app.models import Deployment, LedgerEntry, UsageRecord
 from dashboards.data import merged_intervals
 
 BOOTSTRAP_SAMPLES = 200
-TIER_CATALOG = "data/tiers.json"
-"""The tier catalog inside the ``app`` package (prototype / scaled / enterprise)."""
 
 
 @dataclass(frozen=True)
@@ -42,7 +46,7 @@ class BreakevenFrames:
     summary: pd.DataFrame
     schedule: pd.DataFrame
     fit: dict[str, Any] | None = None
-    """The fit as ``breakeven_fit_as_dict`` gives it (stored with the sweep, or computed)."""
+    """The fit as ``breakeven fit --json`` prints it (stored with the sweep, or computed)."""
     message: str | None = None
     """Why there is no fit (too few levels, no baseline), in the fit's own words."""
     sweeps: list[dict[str, Any]] = field(default_factory=list)
@@ -70,8 +74,10 @@ def _float(value: object) -> float:
 
 
 @lru_cache(maxsize=8)
-def _fit(points: tuple[SweepPoint, ...]) -> dict[str, Any]:
-    return breakeven_fit_as_dict(fit_breakeven(points, bootstrap_samples=BOOTSTRAP_SAMPLES))
+def _fit(points: tuple[SweepPoint, ...], source: str) -> dict[str, Any]:
+    """The breakeven service's fit of fixed-k points, cached per sweep content."""
+    rows = [SweepRow(point=point) for point in points]
+    return service.fit_rows(rows, source=source, bootstrap_samples=BOOTSTRAP_SAMPLES, seed=0)[1]
 
 
 def _measured_speedups(points: Sequence[SweepPoint]) -> pd.DataFrame:
@@ -88,30 +94,28 @@ def _measured_speedups(points: Sequence[SweepPoint]) -> pd.DataFrame:
     return result.reset_index(drop=True)
 
 
-def _fitted_curves(fit: dict[str, Any], points: Sequence[SweepPoint]) -> pd.DataFrame:
-    step = StepTimeModel(**{k: float(v) for k, v in fit["step_model"].items()})
-    params = {p["name"]: float(p["value"]) for p in fit["parameters"]}
+def _fitted_curves(fit: StoredFit, points: Sequence[SweepPoint]) -> pd.DataFrame:
+    columns = ["config", "concurrency", "speedup"]
+    if fit.step_model is None:
+        return pd.DataFrame(columns=columns)
+    step = fit.step_model.model()
     levels = [float(p.concurrency) for p in points]
     grid = np.geomspace(min(levels), max(levels), 80)
     frames = []
-    for config in fit["configs"]:
-        name = str(config["config"])
-        cost_name = "drafter_overhead_s" if is_model_free(config["method"]) else "draft_cost_ratio"
+    for config in fit.configs:
+        if config.mean_acceptance_length is None or config.k < 1:
+            continue
+        cost_name = "drafter_overhead_s" if is_model_free(config.method) else "draft_cost_ratio"
         spec = SpeculationModel(
-            k=int(config["k"]),
-            mean_acceptance_length=float(config["mean_acceptance_length"]),
-            **{cost_name: params.get(f"{name}.{cost_name}", 0.0)},
+            k=config.k,
+            mean_acceptance_length=config.mean_acceptance_length,
+            **{cost_name: fit.parameter(f"{config.config}.{cost_name}")},
         )
+        curve = speedup(step, spec, concurrency=grid)
         frames.append(
-            pd.DataFrame(
-                {
-                    "config": name,
-                    "concurrency": grid,
-                    "speedup": speedup(step, spec, concurrency=grid),
-                }
-            )
+            pd.DataFrame({"config": config.config, "concurrency": grid, "speedup": curve})
         )
-    return pd.concat(frames, ignore_index=True)
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=columns)
 
 
 def breakeven_frames(engine: Engine, *, sweep_id: int | None = None) -> BreakevenFrames:
@@ -121,68 +125,51 @@ def breakeven_frames(engine: Engine, *, sweep_id: int | None = None) -> Breakeve
     sees them. A sweep without a stored fit is fitted here (cached per sweep content).
     """
     with Session(engine) as session:
+        sweeps = [summary.sweep for summary in service.list_sweeps(session)]
         listing = [
             {"id": s.id, "name": s.name, "deployment": s.deployment, "created_at": s.created_at}
-            for s in session.scalars(
-                select(Sweep).order_by(Sweep.created_at.desc(), Sweep.id.desc())
-            )
+            for s in sweeps
         ]
-        chosen = next((s for s in listing if sweep_id is None or s["id"] == sweep_id), None)
-        if chosen is None:
+        sweep = next((s for s in sweeps if sweep_id is None or s.id == sweep_id), None)
+        if sweep is None:
             return _empty_breakeven(listing)
-        sweep = session.get(Sweep, chosen["id"])
-        stored_fit = sweep.fit if sweep else None
-        records = session.scalars(
-            select(SweepPointRecord)
-            .where(SweepPointRecord.sweep_id == chosen["id"])
-            .order_by(SweepPointRecord.id)
-        ).all()
-        points = tuple(
-            SweepPoint(
-                config=r.config,
-                method=r.method,
-                k=r.k,
-                concurrency=r.concurrency,
-                output_tokens_per_s=r.output_tokens_per_s,
-                tpot_p50_s=_float(r.tpot_p50_s),
-                acceptance_rate=_float((r.metrics or {}).get("acceptance_rate")),
-                mean_acceptance_length=_float((r.metrics or {}).get("mean_acceptance_length")),
-            )
-            for r in records
-        )
+        chosen = listing[sweeps.index(sweep)]
+        stored_fit = sweep.fit
+        rows = service.sweep_rows(session, sweep.id)
+    points = tuple(row.point for row in rows)
     empty = _empty_breakeven(listing)
     if not points:
         return BreakevenFrames(
             **{**empty.__dict__, "sweep": chosen, "message": "this sweep has no points"}
         )
     measured = _measured_speedups(points)
+    source = f"sweep {chosen['id']}"
     try:
-        fit = stored_fit or _fit(points)
-    except InvalidInput as exc:
+        body = stored_fit or _fit(tuple(r.point for r in rows if not r.schedule), source)
+        fit = service.read_stored_fit(body, source)
+    except Invalid as exc:  # unfittable rows, or a stored body that is not a fit: say so
         return BreakevenFrames(
             **{**empty.__dict__, "sweep": chosen, "points": measured, "message": f"no fit: {exc}"}
         )
-    ci = fit.get("breakeven_ci") or [None, None]
+    ci = fit.breakeven_ci or (None, None)
     summary = pd.DataFrame(
         [
             {
-                "config": fit.get("config"),
-                "breakeven_concurrency": _float(fit.get("breakeven_concurrency")),
+                "config": fit.config,
+                "breakeven_concurrency": _float(fit.breakeven_concurrency),
                 "ci_low": _float(ci[0]),
                 "ci_high": _float(ci[1]),
             }
         ]
     )
-    schedule = pd.DataFrame(
-        [list(band) for band in fit.get("schedule") or []], columns=["start", "end", "k"]
-    )
+    schedule = pd.DataFrame([list(band) for band in fit.schedule], columns=["start", "end", "k"])
     return BreakevenFrames(
         sweep=chosen,
         points=measured,
         curve=_fitted_curves(fit, points),
         summary=summary,
         schedule=schedule,
-        fit=fit,
+        fit=body,
         sweeps=listing,
     )
 
@@ -191,110 +178,73 @@ def breakeven_frames(engine: Engine, *, sweep_id: int | None = None) -> Breakeve
 
 
 @dataclass(frozen=True)
-class TierSpec:
-    """One maturity tier of the catalog."""
-
-    name: str
-    instance_type: str | None
-    instances: tuple[int, ...]
-    """Instance counts the tier spans, e.g. ``(2, 4)``."""
-    sessions: tuple[float, float] | None
-    quoted_usd_per_1k_session_seconds: float | None
-    quoted_usd_per_month: float | None
-
-
-def _pair(value: Any) -> tuple[float, float] | None:
-    if isinstance(value, list | tuple) and value:
-        return float(value[0]), float(value[-1])
-    if isinstance(value, dict) and {"min", "max"} <= set(value):
-        return float(value["min"]), float(value["max"])
-    if isinstance(value, int | float | str) and str(value).strip():
-        return float(value), float(value)
-    return None
-
-
-def _quoted(item: dict[str, Any], suffix: str) -> float | None:
-    for key in ("quoted", "brief", "quoted_figures", "claims"):
-        block = item.get(key)
-        if isinstance(block, dict):
-            for name, value in block.items():
-                if suffix in name and (pair := _pair(value)) is not None:
-                    return math.sqrt(pair[0] * pair[1]) if pair[0] > 0 else pair[1]
-    return None
-
-
-def parse_tier_catalog(data: dict[str, Any]) -> list[TierSpec]:
-    """Tiers from the catalog's JSON: ``{"tiers": [...]}`` or ``{"tiers": {name: {...}}}``.
-
-    Each tier may give ``instance_type``, ``instances`` (a count or ``[min, max]``),
-    ``sessions`` (``[min, max]`` concurrent sessions) and a ``quoted`` object whose keys
-    contain ``per_1k_session_seconds`` or ``per_month`` (a number, decimal string or range).
-    """
-    raw = data.get("tiers", data)
-    items = (
-        [{"name": name, **body} for name, body in raw.items() if isinstance(body, dict)]
-        if isinstance(raw, dict)
-        else [i for i in raw if isinstance(i, dict)]
-    )
-    specs = []
-    for item in items:
-        count = _pair(item.get("instances", item.get("instance_count", item.get("nodes", 1))))
-        specs.append(
-            TierSpec(
-                name=str(item.get("name") or item.get("tier")),
-                instance_type=item.get("instance_type"),
-                instances=tuple(sorted({int(count[0]), int(count[1])})) if count else (1,),
-                sessions=_pair(item.get("sessions", item.get("concurrent_sessions"))),
-                quoted_usd_per_1k_session_seconds=_quoted(item, "1k_session_seconds"),
-                quoted_usd_per_month=_quoted(item, "per_month"),
-            )
-        )
-    return specs
-
-
-def load_tier_catalog(path: Path | None = None) -> list[TierSpec]:
-    """The tier catalog (default ``app/data/tiers.json``); empty when there is none."""
-    try:
-        text = (
-            path.read_text("utf-8")
-            if path is not None
-            else resources.files("app").joinpath(TIER_CATALOG).read_text("utf-8")
-        )
-    except FileNotFoundError:
-        return []
-    return parse_tier_catalog(json.loads(text))
-
-
-@dataclass(frozen=True)
 class TierFrames:
     modelled: pd.DataFrame
+    """``tier``, ``label``, ``concurrency``, ``usd_per_1k_session_seconds``: the computed
+    cost per 1K session-seconds of each size of each tier."""
     quoted: pd.DataFrame
+    """One row per tier and quoted figure (:data:`QUOTED_COLUMNS`): the brief's claim, the
+    computed figure, the ledger's (cost per 1K session-seconds only), the verdict and why."""
     measured: pd.DataFrame
     catalog_found: bool
 
 
-def _modelled(tiers: Sequence[TierSpec]) -> pd.DataFrame:
-    prices = instance_prices()
+QUOTED_COLUMNS = [
+    "tier", "claim", "sessions_low", "sessions_high", "quoted_low", "quoted_high",
+    "computed_low", "computed_high", "measured", "verdict", "reason", "source", "text",
+]  # fmt: skip
+"""Money in USD (floats, for plotting); the speedup as a ratio."""
+
+
+def _modelled(models: Sequence[tiers.TierModel]) -> pd.DataFrame:
     frames = []
-    for tier in tiers:
-        price = prices.get(tier.instance_type or "")
-        if price is None or tier.sessions is None:
-            continue
-        grid = np.geomspace(max(tier.sessions[0] / 2, 1.0), tier.sessions[1] * 2, 40)
-        for count in tier.instances:
-            hourly = float(price.usd_per_hour) * count
+    for model in models:
+        tier = model.tier
+        grid = np.geomspace(max(tier.sessions.min / 2, 1.0), tier.sessions.max * 2, 40)
+        for count in range(tier.instances.min, tier.instances.max + 1):
+            curve = cost_curve(
+                model.step, None, model.capacity(count), concurrency=grid, mode=SpeculationMode.none
+            )
             frames.append(
                 pd.DataFrame(
                     {
                         "tier": tier.name,
-                        "label": f"list price, {count}x {price.instance_type}",
+                        "label": f"list price, {count}x {tier.instance_type}",
                         "concurrency": grid,
-                        "usd_per_1k_session_seconds": hourly / (3.6 * grid),
+                        "usd_per_1k_session_seconds": curve.usd_micros_per_1k_session_seconds / 1e6,
                     }
                 )
             )
     columns = ["tier", "label", "concurrency", "usd_per_1k_session_seconds"]
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=columns)
+
+
+def _quoted(
+    catalog: TierCatalog, models: Sequence[tiers.TierModel], measured: pd.DataFrame
+) -> pd.DataFrame:
+    rows = []
+    for model in models:
+        tier = model.tier
+        seen = measured[measured["tier"] == tier.name] if not measured.empty else measured
+        seconds = float(seen["session_seconds"].sum()) if not seen.empty else 0.0
+        spent = (seen["usd_per_1k_session_seconds"] * seen["session_seconds"]).sum()
+        ledger = float(spent) / seconds if seconds > 0 else math.nan
+        for check in tiers.tier_claim_checks(catalog, model):
+            claim = check["claim"]
+            quote = tier.quoted if claim != "speedup" else catalog.claims.speedup
+            rows.append({
+                "tier": tier.name, "claim": claim,
+                "sessions_low": tier.sessions.min, "sessions_high": tier.sessions.max,
+                "quoted_low": float(check["quoted"]["min"]),
+                "quoted_high": float(check["quoted"]["max"]),
+                "computed_low": float(check["computed"]["min"]),
+                "computed_high": float(check["computed"]["max"]),
+                "measured": ledger if claim == "usd_per_1k_session_seconds" else math.nan,
+                "verdict": check["verdict"], "reason": check["reason"],
+                "source": "" if quote is None else quote.source,
+                "text": "" if quote is None else quote.quotation,
+            })  # fmt: skip
+    return pd.DataFrame(rows, columns=QUOTED_COLUMNS)
 
 
 def _measured_tiers(engine: Engine, month: str, team: str | None) -> pd.DataFrame:
@@ -366,37 +316,32 @@ def tier_frames(
     *,
     month: str,
     team: str | None = None,
-    catalog: Sequence[TierSpec] | None = None,
+    catalog: TierCatalog | None = None,
 ) -> TierFrames:
-    """Catalog model and quoted figures per tier, and what the ledger measured in ``month``.
+    """Computed cost per tier, the brief's quoted figures checked against it, and what the
+    ledger measured in ``month``.
 
     Measured: the effective cost of requests to deployments registered with a tier, over their
     session-seconds, per concurrency (requests in flight on the replica, in powers of two).
+
+    Args:
+        engine: The database.
+        month: ``YYYY-MM``.
+        team: Only this team's requests.
+        catalog: The tier catalog; default the one shipped with the package.
     """
-    tiers = load_tier_catalog() if catalog is None else list(catalog)
-    quoted = pd.DataFrame(
-        [
-            (
-                t.name,
-                t.sessions[0],
-                t.sessions[1],
-                t.quoted_usd_per_1k_session_seconds,
-                t.quoted_usd_per_month,
-            )
-            for t in tiers
-            if t.sessions and t.quoted_usd_per_1k_session_seconds is not None
-        ],
-        columns=[
-            "tier",
-            "sessions_low",
-            "sessions_high",
-            "usd_per_1k_session_seconds",
-            "usd_per_month",
-        ],
-    )
+    measured = _measured_tiers(engine, month, team)
+    try:
+        chosen = load_tier_catalog() if catalog is None else catalog
+        models = tiers.build_tier_models(chosen, tiers.default_workload(chosen))
+    except (TierCatalogError, tiers.TierError):  # the page says the catalog is unusable
+        empty = pd.DataFrame(columns=QUOTED_COLUMNS)
+        return TierFrames(
+            modelled=_modelled([]), quoted=empty, measured=measured, catalog_found=False
+        )
     return TierFrames(
-        modelled=_modelled(tiers),
-        quoted=quoted,
-        measured=_measured_tiers(engine, month, team),
-        catalog_found=bool(tiers),
+        modelled=_modelled(models),
+        quoted=_quoted(chosen, models, measured),
+        measured=measured,
+        catalog_found=True,
     )

@@ -565,12 +565,15 @@ def tiers_figure(modelled: pd.DataFrame, quoted: pd.DataFrame, measured: pd.Data
     Args:
         modelled: ``tier``, ``concurrency``, ``usd_per_1k_session_seconds`` (the catalog's
             instance price spread over the concurrent sessions), optional ``label``.
-        quoted: ``tier``, ``sessions_low``, ``sessions_high``, ``usd_per_1k_session_seconds``
-            (the brief's figure, a claim to check), optional ``usd_per_month``.
+        quoted: The brief's figures, claims to check: ``tier``, ``claim``, ``sessions_low``,
+            ``sessions_high``, ``quoted_low`` and ``verdict`` (the computed figure within,
+            below or above it); only ``claim == "usd_per_1k_session_seconds"`` rows are drawn.
         measured: ``tier``, ``concurrency``, ``usd_per_1k_session_seconds``,
             ``session_seconds`` (from the ledger and usage of deployments in that tier).
     """
     title = "Tiers: cost per 1K session-seconds against concurrency"
+    if not quoted.empty:
+        quoted = quoted[quoted["claim"] == "usd_per_1k_session_seconds"]
     if modelled.empty and quoted.empty and measured.empty:
         return empty_figure(title)
     fig = _figure(title)
@@ -599,14 +602,14 @@ def tiers_figure(modelled: pd.DataFrame, quoted: pd.DataFrame, measured: pd.Data
         quote = quoted[quoted["tier"] == tier] if not quoted.empty else quoted
         for row in quote.to_dict("records"):
             lo, hi = float(row["sessions_low"]), float(row["sessions_high"])
-            mid, claim = math.sqrt(lo * hi), float(row["usd_per_1k_session_seconds"])
+            mid, claim = math.sqrt(lo * hi), float(row["quoted_low"])
             fig.add_scatter(
                 name=f"{tier}: quoted",
                 legendgroup=tier,
                 x=[mid],
                 y=[claim],
                 mode="markers+text",
-                text=[f"quoted ${claim:.4g}"],
+                text=[f"quoted ${claim:.4g} (computed: {row['verdict']})"],
                 textposition="top center",
                 marker={
                     "symbol": "diamond-open",

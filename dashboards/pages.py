@@ -8,6 +8,7 @@ as a ``<script src>`` the caller serves or inline; never from a CDN (the service
 import functools
 import html
 import json
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -54,6 +55,10 @@ min-width:0;overflow:hidden}
 pre{background:#f1f5f9;padding:8px;border-radius:6px;overflow-x:auto;font-size:13px}
 form.controls{display:inline-flex;gap:8px;align-items:center;font-size:14px}
 form.controls input{font-size:13px;padding:2px 4px}
+table.claims{border-collapse:collapse;font-size:13px;margin:4px}
+table.claims th,table.claims td{border-bottom:1px solid #e2e8f0;padding:4px 8px;text-align:left;
+vertical-align:top}
+table.claims td.flag{color:#b91c1c;font-weight:600}
 """
 
 
@@ -255,6 +260,51 @@ def _num(value: object) -> str:
     return f"{float(value):.2f}"  # type: ignore[arg-type]
 
 
+_CLAIM_NAMES = {
+    "usd_per_month": "cost per month",
+    "usd_per_1k_session_seconds": "cost per 1K session-seconds",
+    "speedup": "speedup",
+}
+
+
+def _claim_value(claim: str, value: float) -> str:
+    if claim == "speedup":
+        return f"{value:.2f}x"
+    return f"${value:,.0f}" if value >= 100 else f"${value:.4f}"
+
+
+def _claim_span(claim: str, low: float, high: float) -> str:
+    if math.isnan(low):
+        return "-"
+    first, last = _claim_value(claim, low), _claim_value(claim, high)
+    return first if first == last else f"{first} to {last}"
+
+
+def _claims_table(quoted: pd.DataFrame) -> str:
+    """The brief's figures beside the computed and measured ones, each flagged, with why."""
+    head = (
+        "<tr><th>tier</th><th>figure</th><th>quoted (source)</th><th>computed</th>"
+        "<th>measured (ledger, this month)</th><th>computed vs quoted</th><th>why</th></tr>"
+    )
+    rows = []
+    for row in quoted.to_dict("records"):
+        claim, verdict = str(row["claim"]), str(row["verdict"])
+        measured = float(row["measured"])
+        flag = "" if verdict == "within" else " class=flag"
+        rows.append(
+            f"<tr><td>{html.escape(str(row['tier']))}</td>"
+            f"<td>{html.escape(_CLAIM_NAMES.get(claim, claim))}</td>"
+            f"<td>{_claim_span(claim, row['quoted_low'], row['quoted_high'])}<br>"
+            f'<small title="{html.escape(str(row["text"]))}">'
+            f"{html.escape(str(row['source']))}</small></td>"
+            f"<td>{_claim_span(claim, row['computed_low'], row['computed_high'])}</td>"
+            f"<td>{_claim_span(claim, measured, measured)}</td>"
+            f"<td{flag}>{html.escape(verdict)}</td>"
+            f"<td>{html.escape(str(row['reason']))}</td></tr>"
+        )
+    return f"<table class=claims>{head}{''.join(rows)}</table>"
+
+
 def tiers_page(
     ctx: PageContext,
     *,
@@ -263,18 +313,22 @@ def tiers_page(
     measured: pd.DataFrame,
     catalog_found: bool,
 ) -> str:
-    """Cost per 1K session-seconds against concurrency for the tiers."""
+    """Cost per 1K session-seconds against concurrency for the tiers, and the brief's quoted
+    figures against the computed and measured ones."""
     cards = [
         _card(figure_html(figures.tiers_figure(modelled, quoted, measured), "tiers"), wide=True)
     ]
     notes = [
         "Lines: the catalog's on-demand price of the tier's instances spread over the "
         "concurrent sessions (every active session accrues one session-second per second). "
+        "Diamonds: the product brief's quoted figure, a claim checked against the computed one. "
         "Dots: what the ledger measured for deployments registered with that tier."
     ]
     if not catalog_found:
-        notes.append("No tier catalog found (app/data/tiers.json).")
+        notes.append("The tier catalog (app/data/tiers.json) is missing or not valid.")
     elif quoted.empty:
         notes.append("The catalog carries no quoted figures to compare with.")
+    else:
+        cards.append(_card(_claims_table(quoted), wide=True))
     cards.append(_card("<div class=note>" + "<br>".join(notes) + "</div>", wide=True))
     return render(ctx, "tiers", cards)

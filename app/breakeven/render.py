@@ -1,13 +1,17 @@
-"""Plain-text report of a breakeven fit (what ``specledger breakeven fit`` prints)."""
+"""Plain text of the breakeven feature: the fit report (``breakeven fit``), the tiers
+(``tiers show``) and the tier advice (``tiers recommend``)."""
 
 import itertools
 import json
 import math
 from collections.abc import Sequence
+from typing import Any
 
 from app.breakeven.sweep_file import SweepRow
-from app.domain.breakeven_report import BreakevenFit, ConcurrencyComparison, ConfigBreakeven
-from app.domain.schedule_check import ScheduleCheck
+from app.domain.breakeven.claims import usd
+from app.domain.breakeven.report import BreakevenFit, ConcurrencyComparison, ConfigBreakeven
+from app.domain.breakeven.schedule_check import ScheduleCheck
+from app.domain.money import parse_micros
 
 
 def measured_crossing(comparisons: Sequence[ConcurrencyComparison]) -> float | None:
@@ -172,3 +176,159 @@ def _schedule_check_lines(check: ScheduleCheck, fit: BreakevenFit) -> list[str]:
         f"every level (worst {check.worst_ratio:.3f})"
     )
     return lines
+
+
+# ---------------------------------------------------------------------------------- tiers
+
+
+def _money(text: str) -> str:
+    return usd(parse_micros(text))
+
+
+def _quoted(quoted: dict[str, Any] | None) -> str:
+    if quoted is None:
+        return "quoted: none"
+    month = quoted["usd_per_month"]
+    return (
+        f"quoted: {_money(month['min'])}-{_money(month['max'])}/month, "
+        f"{_money(quoted['usd_per_1k_session_seconds'])} per 1K session-seconds "
+        f'({quoted["source"]}: "{" | ".join(quoted["text"])}")'
+    )
+
+
+_CLAIM_LABELS = {
+    "usd_per_month": "monthly cost",
+    "usd_per_1k_session_seconds": "cost per 1K session-seconds",
+    "speedup": "speedup",
+}
+
+
+def _figure(claim: str, value: Any) -> str:
+    return f"{float(value):.2f}x" if claim == "speedup" else _money(value)
+
+
+def _span(claim: str, pair: dict[str, Any]) -> str:
+    low, high = _figure(claim, pair["min"]), _figure(claim, pair["max"])
+    return low if low == high else f"{low} to {high}"
+
+
+def _claim_lines(checks: Sequence[dict[str, Any]]) -> list[str]:
+    """Each quoted figure against the computed one: ``ok`` within, ``FLAG`` outside, and why."""
+    lines = []
+    for check in checks:
+        claim = check["claim"]
+        flag = "ok  " if check["verdict"] == "within" else "FLAG"
+        verdict = (
+            "WITHIN it" if check["verdict"] == "within" else f"computed {check['verdict'].upper()}"
+        )
+        lines += [
+            f"  {flag} {_CLAIM_LABELS[claim]}: quoted {_span(claim, check['quoted'])}, computed "
+            f"{_span(claim, check['computed'])}: {verdict}",
+            f"       why: {check['reason']}",
+        ]
+    return lines
+
+
+def _speedup_claim(report: dict[str, Any]) -> list[str]:
+    claim = report["claims"]["speedup"]
+    if claim is None:
+        return []
+    lines = [f'Quoted speedup: {claim["value"]:g}x ({claim["source"]}: "{claim["text"][0]}")']
+    measured = claim["measured"]
+    if measured is not None:
+        points = ", ".join(f"{v:.2f}x at {c:g}" for c, v in measured["points"])
+        lines.append(
+            f"  measured by {measured['source']}: {points}; {measured['verdict'].upper()} the "
+            f"quoted {claim['value']:g}x"
+        )
+    return lines
+
+
+def tiers_text(report: dict[str, Any]) -> str:
+    """The ``tiers show`` report as text.
+
+    Args:
+        report: What :func:`app.breakeven.tiers.show_tiers` returns.
+
+    Returns:
+        Multi-line text.
+    """
+    lines = [
+        f"Workload: {report['workload']}; TPOT p90 = {report['tpot_p90_over_mean']:.2f} x "
+        "modelled TPOT",
+        f"Unit costs: {report['unit_costs']}",
+        *_speedup_claim(report),
+        "",
+    ]
+    for tier in report["tiers"]:
+        m = tier["model"]
+        lines += [
+            f"{tier['name']}: {tier['description']}",
+            f"  sessions {tier['sessions']['min']}-{tier['sessions']['max']}; scheduler "
+            f"{tier['scheduler']}",
+            f"  {_quoted(tier['quoted'])}",
+            *_claim_lines(tier["claim_checks"]),
+            f"  replica: {m['target']} on {m['gpus_per_replica']}x {m['gpu']}; step "
+            f"{m['step_floor_s'] * 1000:.2f} ms + {m['step_per_token_s'] * 1e6:.1f} us/token; "
+            f"{m['speculation']}{' (' + m['draft'] + ')' if m['draft'] else ''} k={m['k']}, "
+            f"acceptance length {m['mean_acceptance_length']}, c={m['draft_cost_ratio']}",
+            f"  acceptance: {m['acceptance_source']}",
+        ]
+        lines += [f"  note: {note}" for note in tier["notes"]]
+        for size in tier["sizes"]:
+            lines += _size_lines(size)
+        lines.append("")
+    lines.append(f"Calibration: {report['calibration']}")
+    return "\n".join(lines)
+
+
+def _size_lines(size: dict[str, Any]) -> list[str]:
+    crossing = size["cost_breakeven_concurrency"]
+    where = (
+        "speculation always cheaper per token up to the batch limit"
+        if crossing is None
+        else f"always-speculate stops being cheaper per token at {crossing:g} sessions"
+    )
+    lines = [
+        f"  {size['instances']} instance(s), {size['replicas']} replica(s): "
+        f"${size['usd_per_hour']}/h, ${size['usd_per_month']}/month (computed); {where}",
+        "    sessions  $/1K sess-s   $/1M tok: none   always  schedule(k)  TPOT ms: none  always",
+    ]
+    for p in size["points"]:
+        none, fixed, dyn = p["none"], p["fixed"], p["dynamic"]
+        flag = "" if p["fits"] else "  (over the batch limit)"
+        lines.append(
+            f"    {p['concurrency']:>8}  {none['usd_per_1k_session_seconds']:>11}  "
+            f"{none['usd_per_1m_tokens']:>14}  {fixed['usd_per_1m_tokens']:>7}  "
+            f"{dyn['usd_per_1m_tokens']:>8}({dyn['k']})  "
+            f"{none['tpot_s'] * 1000:>13.2f}  {fixed['tpot_s'] * 1000:>6.2f}{flag}"
+        )
+    return lines
+
+
+def recommendation_text(result: dict[str, Any]) -> str:
+    """The ``tiers recommend`` answer as text.
+
+    Args:
+        result: What :func:`app.breakeven.tiers.recommend_tier` returns.
+
+    Returns:
+        Multi-line text: the answer first, then the reasoning per tier.
+    """
+    target_ms = result["tpot_p90_target_s"] * 1000
+    head = (
+        f"{result['concurrency']} concurrent sessions, TPOT p90 <= {target_ms:.1f} ms "
+        f"(workload: {result['workload']}; p90 = {result['tpot_p90_over_mean']:.2f} x "
+        "modelled TPOT)"
+    )
+    answer = (
+        f"Recommended tier: {result['recommended']}"
+        if result["recommended"]
+        else "No tier meets the target."
+    )
+    lines = [head, answer, "", *(f"- {line}" for line in result["reasoning"])]
+    for option in result["options"]:
+        if option["claim_checks"]:
+            lines += ["", f"{option['tier']} against the brief, at this load:"]
+            lines += _claim_lines(option["claim_checks"])
+    return "\n".join(lines)

@@ -5,11 +5,11 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from app.breakeven.sweep_file import SweepRow
-from app.domain.breakeven_sweep import SweepPoint
+from app.domain.breakeven.sweep import SweepPoint
 from app.models import Sweep, SweepPointRecord
 
 
@@ -67,6 +67,34 @@ def get_sweep(session: Session, sweep_id: int) -> Sweep | None:
     return session.get(Sweep, sweep_id)
 
 
+def list_sweeps(session: Session, *, deployment: str | None = None) -> list[tuple[Sweep, int]]:
+    """Sweeps, newest first, each with its number of points."""
+    counts = (
+        select(SweepPointRecord.sweep_id, func.count().label("n"))
+        .group_by(SweepPointRecord.sweep_id)
+        .subquery()
+    )
+    query = (
+        select(Sweep, func.coalesce(counts.c.n, 0))
+        .outerjoin(counts, counts.c.sweep_id == Sweep.id)
+        .order_by(Sweep.created_at.desc(), Sweep.id.desc())
+    )
+    if deployment is not None:
+        query = query.where(Sweep.deployment == deployment)
+    return [(sweep, int(n)) for sweep, n in session.execute(query)]
+
+
+def sweep_points(session: Session, sweep_id: int) -> list[SweepPointRecord]:
+    """The stored points of a sweep, in insertion order."""
+    return list(
+        session.scalars(
+            select(SweepPointRecord)
+            .where(SweepPointRecord.sweep_id == sweep_id)
+            .order_by(SweepPointRecord.id)
+        )
+    )
+
+
 def find_sweep_by_digest(session: Session, digest: str) -> Sweep | None:
     """The newest sweep read from a file with this SHA-256 (``settings['sha256']``)."""
     for sweep in session.scalars(select(Sweep).order_by(Sweep.id.desc())):
@@ -90,13 +118,8 @@ def set_fit(session: Session, sweep: Sweep, fit: dict[str, Any] | None) -> None:
 
 def sweep_rows(session: Session, sweep_id: int) -> list[SweepRow]:
     """The stored points of a sweep, in insertion order, as sweep rows."""
-    records = session.scalars(
-        select(SweepPointRecord)
-        .where(SweepPointRecord.sweep_id == sweep_id)
-        .order_by(SweepPointRecord.id)
-    )
     rows = []
-    for record in records:
+    for record in sweep_points(session, sweep_id):
         metrics = dict(record.metrics or {})
         rate = metrics.pop("acceptance_rate", None)
         length = metrics.pop("mean_acceptance_length", None)

@@ -6,11 +6,8 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query
 
 from app.auth.deps import PrincipalDep
-from app.deps import SessionDep
-from app.domain.errors import Invalid, NotFound
-from app.errors import RESPONSES_READ, ErrorBody, InvalidParameter
-from app.sweeps import service
-from app.sweeps.schemas import (
+from app.breakeven import recommendation, service, tiers
+from app.breakeven.schemas import (
     FitRead,
     SweepDetail,
     SweepPointRead,
@@ -18,6 +15,8 @@ from app.sweeps.schemas import (
     TierRecommendationRead,
     TiersRead,
 )
+from app.deps import SessionDep
+from app.errors import RESPONSES_READ, ErrorBody
 
 router = APIRouter(prefix="/breakeven", tags=["breakeven"])
 tiers_router = APIRouter(prefix="/tiers", tags=["tiers"])
@@ -61,10 +60,7 @@ def list_sweeps(
 )
 def get_sweep(sweep_id: int, session: SessionDep, _principal: PrincipalDep) -> SweepDetail:
     """One sweep with its measured points."""
-    found = service.get_sweep(session, sweep_id)
-    if found is None:
-        raise NotFound(f"no sweep {sweep_id}")
-    sweep, points = found
+    sweep, points = service.get_sweep(session, sweep_id)
     return SweepDetail(
         **_read(service.SweepSummary(sweep, len(points))).model_dump(),
         settings=sweep.settings or {},
@@ -91,37 +87,28 @@ def get_fit(
 ) -> FitRead:
     """The sweep's breakeven fit: the breakeven concurrency with its interval, the
     inflection, and the k schedule for vLLM."""
-    try:
-        result = service.sweep_fit(
-            session, sweep_id, refit=refit, bootstrap_samples=bootstrap, seed=seed
-        )
-    except service.UnfittableSweep as exc:
-        raise Invalid(str(exc)) from None
-    if result is None:
-        raise NotFound(f"no sweep {sweep_id}")
-    fit, computed = result
-    crossing, interval = fit.get("breakeven_concurrency"), fit.get("breakeven_ci")
-    knee = fit.get("inflection_concurrency")
+    body, computed = service.sweep_fit(
+        session, sweep_id, refit=refit, bootstrap_samples=bootstrap, seed=seed
+    )
+    fit = service.read_stored_fit(body, f"sweep {sweep_id}")
     return FitRead(
         sweep_id=sweep_id,
         computed_now=computed,
-        config=fit.get("config"),
-        breakeven_concurrency=crossing if isinstance(crossing, int | float) else None,
-        breakeven_ci=list(interval) if isinstance(interval, list | tuple) else None,
-        schedule=[[int(x) for x in band] for band in fit.get("schedule") or []],
-        inflection_concurrency=knee if isinstance(knee, int | float) else None,
-        fit=fit,
+        config=fit.config,
+        breakeven_concurrency=fit.breakeven_concurrency,
+        breakeven_ci=None if fit.breakeven_ci is None else list(fit.breakeven_ci),
+        schedule=[list(band) for band in fit.schedule],
+        inflection_concurrency=fit.inflection_concurrency,
+        fit=body,
     )
 
 
 @tiers_router.get("", response_model=TiersRead, responses=RESPONSES_READ)
 def get_tiers(session: SessionDep, _principal: PrincipalDep, sweep: SweepQuery = None) -> Any:
-    """The three maturity tiers: price, modelled replica, and cost per 1K session-seconds
-    and per 1M tokens with and without speculation across each tier's session range."""
-    try:
-        return service.show_tiers(session, sweep_id=sweep)
-    except service.TierQueryError as exc:
-        raise InvalidParameter("query.sweep", str(exc)) from None
+    """The three maturity tiers: price, modelled replica, cost per 1K session-seconds and per
+    1M tokens with and without speculation across each tier's session range, and the brief's
+    quoted figures beside the computed ones, each flagged within, below or above."""
+    return tiers.tiers_report(session, sweep_id=sweep)
 
 
 @tiers_router.get(
@@ -140,9 +127,6 @@ def get_tier_recommendation(
 ) -> Any:
     """The cheapest tier that meets a TPOT p90 target at a concurrency, with the speculation
     mode to run and the reasoning for every tier."""
-    try:
-        return service.recommend_tier(
-            session, concurrency=concurrency, tpot_p90_s=tpot_p90, sweep_id=sweep
-        )
-    except service.TierQueryError as exc:
-        raise InvalidParameter("query.sweep", str(exc)) from None
+    return recommendation.tier_recommendation(
+        session, concurrency=concurrency, tpot_p90_s=tpot_p90, sweep_id=sweep
+    )

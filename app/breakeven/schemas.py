@@ -1,10 +1,11 @@
-"""Wire schemas of load sweeps and breakeven fits."""
+"""Wire schemas of load sweeps, breakeven fits and tiers; the typed form of a stored fit."""
 
 from datetime import datetime
-from typing import Any
+from typing import Any, Self
 
-from pydantic import ConfigDict
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from app.domain.breakeven.model import ScheduleBand, StepTimeModel
 from app.kit.schemas import Schema
 
 
@@ -71,3 +72,91 @@ class TierRecommendationRead(_Open):
     """The tier to use; null when none meets the target."""
     options: list[dict[str, Any]]
     reasoning: list[str]
+
+
+# ------------------------------------------------------------------------ the stored fit body
+
+
+class _Stored(BaseModel):
+    """Part of a stored fit: the fields readers use are typed, the rest is kept as is."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+
+class StoredComparison(_Stored):
+    concurrency: float
+    measured_speedup: float | None = None
+    predicted_speedup: float | None = None
+    """None where the fit wrote a non-finite number."""
+
+
+class StoredConfig(_Stored):
+    config: str
+    method: str
+    k: int = Field(ge=0)
+    mean_acceptance_length: float | None = None
+    alpha: float | None = None
+    """Per-token acceptance rate implied by the mean acceptance length."""
+    comparisons: tuple[StoredComparison, ...] = ()
+    schedule: tuple[tuple[int, int, int], ...] = ()
+
+
+class StoredParameter(_Stored):
+    name: str
+    """``floor_s``, ``per_token_s``, ``per_sequence_s`` or ``<config>.<drafter cost>``."""
+    value: float | None
+
+
+class StoredStepModel(_Stored):
+    floor_s: float
+    per_token_s: float
+    per_sequence_s: float = 0.0
+
+    def model(self) -> StepTimeModel:
+        """The domain's step-time model."""
+        return StepTimeModel(
+            floor_s=self.floor_s, per_token_s=self.per_token_s, per_sequence_s=self.per_sequence_s
+        )
+
+
+class StoredFit(_Stored):
+    """A fit as ``breakeven fit --json`` prints it and ``sweeps.fit`` stores it.
+
+    Readers validate the JSON with this model instead of indexing into it: a body that is
+    not a fit fails here, once, with pydantic naming the field.
+    """
+
+    sweep_id: int | None = None
+    config: str
+    """The primary speculative config the summary fields describe."""
+    breakeven_concurrency: float | None = None
+    breakeven_ci: tuple[float | None, float | None] | None = None
+    """An end is None where the bootstrap left the searched range."""
+    schedule: tuple[tuple[int, int, int], ...]
+    """vLLM ``num_speculative_tokens_per_batch_size`` of the primary config."""
+    inflection_concurrency: float | None = None
+    baseline_config: str | None = None
+    step_model: StoredStepModel | None = None
+    parameters: tuple[StoredParameter, ...] = ()
+    configs: tuple[StoredConfig, ...]
+
+    @model_validator(mode="after")
+    def _primary_is_a_config(self) -> Self:
+        if not any(c.config == self.config for c in self.configs):
+            raise ValueError(f"config {self.config!r} is not one of 'configs'")
+        return self
+
+    @property
+    def primary(self) -> StoredConfig:
+        """The config the summary fields describe."""
+        return next(c for c in self.configs if c.config == self.config)
+
+    @property
+    def bands(self) -> tuple[ScheduleBand, ...]:
+        """The primary config's schedule as domain bands."""
+        return tuple(ScheduleBand(start, end, k) for start, end, k in self.schedule)
+
+    def parameter(self, name: str, default: float = 0.0) -> float:
+        """A fitted parameter's value, or ``default`` when the fit has none by that name."""
+        found = next((p.value for p in self.parameters if p.name == name), None)
+        return default if found is None else found

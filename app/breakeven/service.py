@@ -1,12 +1,26 @@
-"""Breakeven use cases: fit a sweep file, store measured sweeps, read a fitted schedule.
+"""Breakeven use cases: fit a sweep file, store measured sweeps, list and read sweeps and
+their fits, read a fitted schedule, and the breakeven of each deployment (for waste).
 
 Orchestration only: the sweep file is read by :mod:`app.breakeven.sweep_file`, the maths is
-in :mod:`app.domain.breakeven_report`, queries in :mod:`app.breakeven.repository`. Functions
-take a session and never commit (the CLI's unit of work does).
+in :mod:`app.domain.breakeven.report`, queries in :mod:`app.breakeven.repository`. Functions
+take a session and never commit (the CLI's unit of work and the API's session do). A stored
+fit is read back through :class:`app.breakeven.schemas.StoredFit`. A sweep's fit is the
+stored one unless a refit is asked for; a refit is computed on the sweep's fixed-k rows and
+not stored (reads never write).
+
+Errors (all :class:`app.domain.errors.SpecLedgerError`, rendered by the two edges):
+
+* Invalid [422 invalid_input]
+  - SweepFileError (app.breakeven.sweep_file)   a sweep CSV that cannot be read
+    - UnfittableSweep                           rows that cannot be fitted (too few levels...)
+  - BreakevenError                              a fit source or engine that cannot be used
+* NotFound [404 not_found]
+  - SweepNotFound                               no such sweep, or no fitted sweep yet
 """
 
 import hashlib
 import json
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,16 +31,37 @@ from sqlalchemy.orm import Session
 
 from app.breakeven import repository
 from app.breakeven.render import measured_crossing
+from app.breakeven.schemas import StoredFit
 from app.breakeven.sweep_file import SweepFileError, SweepRow, read_sweep_file
-from app.domain.breakeven import ScheduleBand, raise_bands
-from app.domain.breakeven_report import BreakevenFit, breakeven_fit_as_dict, fit_breakeven
-from app.domain.breakeven_sweep import InvalidSweep, SweepPoint
-from app.domain.errors import InvalidInput
-from app.domain.schedule_check import ScheduleCheck, check_schedules, schedule_check_as_dict
+from app.domain.breakeven.model import ScheduleBand, raise_bands
+from app.domain.breakeven.report import BreakevenFit, breakeven_fit_as_dict, fit_breakeven
+from app.domain.breakeven.schedule_check import (
+    ScheduleCheck,
+    check_schedules,
+    schedule_check_as_dict,
+)
+from app.domain.breakeven.sweep import InvalidSweep, SweepPoint
+from app.domain.errors import Invalid, InvalidInput, NotFound
+from app.domain.waste import BreakevenCurve
+from app.models import Sweep, SweepPointRecord
 
 
-class BreakevenError(Exception):
+class BreakevenError(Invalid):
     """A breakeven request that cannot be carried out; the message says what to do."""
+
+
+class UnfittableSweep(SweepFileError):
+    """The sweep's rows cannot be fitted (too few levels, no baseline...); names the source."""
+
+
+class SweepNotFound(NotFound):
+    """No sweep with that id, or no fitted sweep at all."""
+
+
+@dataclass(frozen=True, slots=True)
+class SweepSummary:
+    sweep: Sweep
+    points: int
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -46,10 +81,10 @@ class FitOutcome:
 def fit_rows(
     rows: Sequence[SweepRow], *, source: str, bootstrap_samples: int, seed: int
 ) -> tuple[BreakevenFit, dict[str, Any]]:
-    """Fit sweep rows; domain rejections become a :class:`SweepFileError` naming ``source``.
+    """Fit sweep rows; the domain's rejection is re-raised naming ``source`` (and the column).
 
     Raises:
-        SweepFileError: On degenerate data (the domain's message, prefixed with the source).
+        UnfittableSweep: On degenerate data (the domain's message, prefixed with the source).
     """
     try:
         fit = fit_breakeven(
@@ -57,9 +92,9 @@ def fit_rows(
         )
     except InvalidSweep as exc:
         column = "concurrency" if "concurrency" in exc.problem else None
-        raise SweepFileError(source, str(exc), column=column) from None
+        raise UnfittableSweep(source, str(exc), column=column) from None
     except InvalidInput as exc:
-        raise SweepFileError(source, str(exc)) from None
+        raise UnfittableSweep(source, str(exc)) from None
     body = breakeven_fit_as_dict(fit)
     crossings = {c.config: measured_crossing(c.comparisons) for c in fit.configs}
     body["measured_crossing"] = crossings[fit.primary_config]
@@ -163,7 +198,7 @@ def store_measured_sweep(
     )
     try:
         fit, body = fit_rows(fittable, source=name, bootstrap_samples=bootstrap_samples, seed=seed)
-    except SweepFileError as exc:
+    except UnfittableSweep as exc:  # stored without a fit; the caller says why
         return sweep.id, None, str(exc)
     scheduled = tuple(r for r in rows if r.schedule)
     checks = compare_schedules(fit, fittable, scheduled)
@@ -192,9 +227,27 @@ class FittedSchedule:
     """Where the fit came from, for messages: a sweep or a file."""
 
 
+def read_stored_fit(body: object, source: str) -> StoredFit:
+    """A stored or saved fit body, typed.
+
+    Raises:
+        BreakevenError: If the body is not a fit as ``breakeven fit --json`` prints it.
+    """
+    try:
+        return StoredFit.model_validate(body)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(part) for part in error['loc']) or 'body'}: {error['msg']}"
+            for error in exc.errors()
+        )
+        raise BreakevenError(
+            f"{source}: not a breakeven fit as `breakeven fit --json` prints it ({problems})"
+        ) from None
+
+
 def _fit_body(
     session: Session, *, sweep_id: int | None, fit_path: Path | None
-) -> tuple[dict[str, Any], str]:
+) -> tuple[StoredFit, str]:
     if sweep_id is not None and fit_path is not None:
         raise BreakevenError("give --sweep or --fit, not both")
     if fit_path is not None:
@@ -202,16 +255,14 @@ def _fit_body(
             body = json.loads(fit_path.read_text(encoding="utf-8"))
         except (OSError, json.JSONDecodeError) as exc:
             raise BreakevenError(f"{fit_path}: not a readable fit JSON file: {exc}") from None
-        if not isinstance(body, dict):
-            raise BreakevenError(f"{fit_path}: expected a JSON object from `breakeven fit --json`")
-        return body, str(fit_path)
+        return read_stored_fit(body, str(fit_path)), str(fit_path)
     sweep = (
         repository.get_sweep(session, sweep_id)
         if sweep_id is not None
         else repository.latest_fitted_sweep(session)
     )
     if sweep is None:
-        raise BreakevenError(
+        raise SweepNotFound(
             f"no sweep {sweep_id}"
             if sweep_id is not None
             else "no fitted sweep yet; run `specledger breakeven fit sweep.csv`"
@@ -220,25 +271,8 @@ def _fit_body(
         raise BreakevenError(
             f"sweep {sweep.id} has no fit; run `specledger breakeven fit` on its CSV"
         )
-    return sweep.fit, f"sweep {sweep.id} ({sweep.name})"
-
-
-def _schedule_of(body: dict[str, Any], source: str) -> tuple[tuple[ScheduleBand, ...], str, int]:
-    """Bands, method and k of the fit's primary config."""
-    try:
-        bands = tuple(
-            ScheduleBand(start=int(s), end=int(e), k=int(k)) for s, e, k in body["schedule"]
-        )
-        primary = next(c for c in body["configs"] if c["config"] == body["config"])
-        method, k = str(primary["method"]), int(primary["k"])
-    except (KeyError, TypeError, ValueError, StopIteration, ValidationError) as exc:
-        raise BreakevenError(
-            f"{source}: not a breakeven fit (need 'schedule', 'config' and "
-            f"'configs' as `breakeven fit --json` prints them): {exc}"
-        ) from None
-    if not bands:
-        raise BreakevenError(f"{source}: the fit has an empty schedule")
-    return bands, method, k
+    source = f"sweep {sweep.id} ({sweep.name})"
+    return read_stored_fit(sweep.fit, source), source
 
 
 def fitted_schedule(
@@ -257,10 +291,105 @@ def fitted_schedule(
             concurrency 64 on the example CPU sweep, and k=1 there reached 0.947 of it.
 
     Raises:
-        BreakevenError: No such sweep, no fit, or a file that is not a fit.
+        SweepNotFound: No such sweep, or no fitted sweep.
+        BreakevenError: A sweep without a fit, or a file that is not a fit.
     """
-    body, source = _fit_body(session, sweep_id=sweep_id, fit_path=fit_path)
-    bands, method, k = _schedule_of(body, source)
+    fit, source = _fit_body(session, sweep_id=sweep_id, fit_path=fit_path)
+    bands = fit.bands
+    if not bands:
+        raise BreakevenError(f"{source}: the fit has an empty schedule")
     if min_k > 0 and any(band.k > 0 for band in bands):  # never speculating: plain engine
         bands = raise_bands(bands, min_k)
-    return FittedSchedule(bands=bands, method=method, k=k, source=source)
+    return FittedSchedule(bands=bands, method=fit.primary.method, k=fit.primary.k, source=source)
+
+
+# ------------------------------------------------------------------------ reading sweeps
+
+
+def list_sweeps(session: Session, *, deployment: str | None = None) -> list[SweepSummary]:
+    """Sweeps, newest first, with their point counts."""
+    return [
+        SweepSummary(sweep, points)
+        for sweep, points in repository.list_sweeps(session, deployment=deployment)
+    ]
+
+
+def get_sweep(session: Session, sweep_id: int) -> tuple[Sweep, list[SweepPointRecord]]:
+    """A sweep and its measured points.
+
+    Raises:
+        SweepNotFound: If there is no such sweep.
+    """
+    sweep = repository.get_sweep(session, sweep_id)
+    if sweep is None:
+        raise SweepNotFound(f"no sweep {sweep_id}")
+    return sweep, repository.sweep_points(session, sweep_id)
+
+
+def sweep_rows(session: Session, sweep_id: int) -> list[SweepRow]:
+    """A sweep's stored points as sweep rows, fixed-k and scheduled alike, in stored order."""
+    return repository.sweep_rows(session, sweep_id)
+
+
+def sweep_fit(
+    session: Session,
+    sweep_id: int,
+    *,
+    refit: bool = False,
+    bootstrap_samples: int = 200,
+    seed: int = 0,
+) -> tuple[dict[str, Any], bool]:
+    """The sweep's fit as a JSON-ready dict, and whether it was computed now.
+
+    Raises:
+        SweepNotFound: If there is no such sweep.
+        UnfittableSweep: If the sweep's points cannot be fitted.
+    """
+    sweep = repository.get_sweep(session, sweep_id)
+    if sweep is None:
+        raise SweepNotFound(f"no sweep {sweep_id}")
+    if sweep.fit and not refit:
+        return dict(sweep.fit), False
+    rows = [row for row in repository.sweep_rows(session, sweep_id) if not row.schedule]
+    _, body = fit_rows(
+        rows, source=f"sweep {sweep_id}", bootstrap_samples=bootstrap_samples, seed=seed
+    )
+    return body, True
+
+
+def breakeven_curves(session: Session) -> dict[str, BreakevenCurve]:
+    """Per deployment, the breakeven of its newest sweep that has one (stored fits first;
+    a sweep never fitted is fitted now, without a bootstrap)."""
+    curves: dict[str, BreakevenCurve] = {}
+    for summary in list_sweeps(session):
+        sweep = summary.sweep
+        if sweep.deployment is None or sweep.deployment in curves:
+            continue
+        try:
+            body, _ = sweep_fit(session, sweep.id, bootstrap_samples=0)
+            fit = read_stored_fit(body, f"sweep {sweep.id}")
+        except (UnfittableSweep, BreakevenError):  # no curve for this sweep: try an older one
+            continue
+        curve = curve_of(sweep.deployment, sweep.id, fit)
+        if curve is not None:
+            curves[sweep.deployment] = curve
+    return curves
+
+
+def curve_of(deployment: str, sweep_id: int, fit: StoredFit) -> BreakevenCurve | None:
+    """The primary config's breakeven, modelled speedups and schedule; None without one."""
+    crossing = fit.breakeven_concurrency
+    if crossing is None or not math.isfinite(crossing):
+        return None
+    speedups = [
+        (c.concurrency, c.predicted_speedup)
+        for c in fit.primary.comparisons
+        if c.predicted_speedup is not None
+    ]
+    return BreakevenCurve(
+        deployment=deployment,
+        breakeven_concurrency=crossing,
+        speedups=speedups,
+        schedule=[list(band) for band in fit.schedule],
+        sweep_id=sweep_id,
+    )

@@ -18,8 +18,9 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.csv as pa_csv
 
-from app.domain.breakeven import BASELINE_METHOD
-from app.domain.breakeven_sweep import MIN_CONCURRENCY_LEVELS, SweepPoint
+from app.domain.breakeven.model import BASELINE_METHOD
+from app.domain.breakeven.sweep import MIN_CONCURRENCY_LEVELS, SweepPoint
+from app.domain.errors import Invalid
 
 REQUIRED_COLUMNS = (
     "config", "method", "k", "concurrency", "output_tokens_per_s", "tpot_p50_s",
@@ -35,7 +36,7 @@ METRIC_COLUMNS = (
 CSV_COLUMNS = (*REQUIRED_COLUMNS, *METRIC_COLUMNS, SCHEDULE_COLUMN)
 
 
-class SweepFileError(Exception):
+class SweepFileError(Invalid):
     """A sweep file that cannot be read or fitted; the message says where and why."""
 
     def __init__(

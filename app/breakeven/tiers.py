@@ -1,9 +1,15 @@
-"""Tier costs and recommendations: the catalog, the instance prices and a throughput model.
+"""Tier costs: the catalog, the instance prices and a throughput model, and the brief's claims.
 
 Each tier's replica gets a roofline step-time model (hardware) and a speculative
 configuration (workload: acceptance). A sweep can replace the workload side: its fitted
 acceptance (alpha) and its measured TPOT p90/p50 ratio are used for every tier, since those
 describe the prompts, while step times stay per tier, since those describe the hardware.
+
+The brief's quoted figures (per tier: a monthly cost range and a cost per 1K session-seconds;
+for the architecture: a speedup) are shown beside the computed ones and flagged within, below
+or above, with the reason in the model's terms (:mod:`app.domain.breakeven.claims`).
+The CLI and the API both call :func:`tiers_report` here and
+:func:`app.breakeven.recommendation.tier_recommendation` for advice.
 """
 
 import math
@@ -15,11 +21,21 @@ import numpy as np
 from sqlalchemy.orm import Session
 
 from app.breakeven import repository
+from app.breakeven.service import read_stored_fit
+from app.breakeven.tier_catalog import GpuSpec, Tier, TierCatalog, load_tier_catalog
 from app.catalog import InstancePrice, instance_prices
-from app.domain.breakeven import SpeculationModel, StepTimeModel
-from app.domain.money import decimal_to_micros, format_micros
-from app.domain.speculation import expected_tokens_per_step
-from app.domain.tier_costs import (
+from app.domain.breakeven.claims import (
+    CostCheck,
+    FleetTerms,
+    SpeedupCheck,
+    check_monthly_cost,
+    check_session_second_cost,
+    check_speedup,
+    range_verdict,
+)
+from app.domain.breakeven.model import SpeculationModel, StepTimeModel
+from app.domain.breakeven.speculation import expected_tokens_per_step
+from app.domain.breakeven.tier_costs import (
     CostCurve,
     SpeculationMode,
     TierCapacity,
@@ -28,20 +44,28 @@ from app.domain.tier_costs import (
     draft_cost_ratio,
     fits_capacity,
     roofline_step_model,
-    tpot_at,
 )
-from app.tiers.catalog import GpuSpec, Tier, TierCatalog
+from app.domain.errors import Invalid
+from app.domain.money import decimal_to_micros, format_micros
 
 MODES = (SpeculationMode.none, SpeculationMode.fixed, SpeculationMode.dynamic)
-MODE_LABELS = {
-    SpeculationMode.none: "never speculate",
-    SpeculationMode.fixed: "always speculate",
-    SpeculationMode.dynamic: "fitted schedule (best k per batch size)",
-}
 
 
-class TierError(Exception):
+class TierError(Invalid):
     """A tier request that cannot be answered; the message says why."""
+
+
+class TierQueryError(TierError):
+    """The sweep a tier question names cannot be used: unknown, or not fitted.
+
+    It names the ``sweep`` query parameter itself, so the API answers 422
+    ``invalid_parameter`` with that field, as for any parameter that parsed but makes no sense.
+    """
+
+    code = "invalid_parameter"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, fields=[("query.sweep", message)])
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -51,6 +75,8 @@ class Workload:
     alpha: float | None
     tpot_p90_over_mean: float
     source: str
+    measured_speedups: tuple[tuple[float, float], ...] = ()
+    """``(concurrency, measured speedup)`` of the sweep's primary config; empty without one."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -72,30 +98,50 @@ class TierModel:
             max_concurrency_per_replica=self.tier.max_concurrency_per_replica,
         )
 
+    def terms(
+        self,
+        hours_per_month: float,
+        *,
+        instances: tuple[int, int],
+        sessions: tuple[int, int],
+        scope: str = "the tier",
+    ) -> FleetTerms:
+        """The terms of the tier's computed cost, for checking a quote."""
+        return FleetTerms(
+            instance_type=self.tier.instance_type,
+            instance_usd_micros_per_hour=decimal_to_micros(self.price.usd_per_hour),
+            gpus_per_instance=self.price.gpus,
+            instances_min=instances[0],
+            instances_max=instances[1],
+            hours_per_month=hours_per_month,
+            sessions_min=sessions[0],
+            sessions_max=sessions[1],
+            scope=scope,
+        )
+
 
 def default_workload(catalog: TierCatalog) -> Workload:
     """The catalog's own assumptions (no sweep)."""
     return Workload(
-        alpha=None, tpot_p90_over_mean=catalog.tpot_p90_over_mean, source="tier catalog assumptions"
+        alpha=None,
+        tpot_p90_over_mean=catalog.tpot_p90_over_mean.value,
+        source="tier catalog assumptions",
     )
 
 
 def sweep_workload(session: Session, sweep_id: int, catalog: TierCatalog) -> Workload:
-    """Acceptance and TPOT tail measured by a stored sweep.
+    """Acceptance, TPOT tail and measured speedups of a stored sweep.
 
     Raises:
-        TierError: If the sweep does not exist or has no fit.
+        TierQueryError: If the sweep does not exist or has no fit.
+        BreakevenError: If its stored fit is not a fit.
     """
     sweep = repository.get_sweep(session, sweep_id)
     if sweep is None:
-        raise TierError(f"no sweep {sweep_id}")
+        raise TierQueryError(f"no sweep {sweep_id}")
     if not sweep.fit:
-        raise TierError(f"sweep {sweep_id} has no fit; run `specledger breakeven fit` first")
-    primary = next(
-        (c for c in sweep.fit.get("configs", []) if c.get("config") == sweep.fit.get("config")),
-        None,
-    )
-    alpha = None if primary is None else primary.get("alpha")
+        raise TierQueryError(f"sweep {sweep_id} has no fit; run `specledger breakeven fit` first")
+    primary = read_stored_fit(sweep.fit, f"sweep {sweep_id}").primary
     ratios = []
     for row in repository.sweep_rows(session, sweep_id):
         p90 = row.metrics.get("tpot_p90_s")
@@ -105,18 +151,23 @@ def sweep_workload(session: Session, sweep_id: int, catalog: TierCatalog) -> Wor
             and row.point.tpot_p50_s > 0
         ):
             ratios.append(p90 / row.point.tpot_p50_s)
-    tail = statistics.median(ratios) if ratios else catalog.tpot_p90_over_mean
+    tail = statistics.median(ratios) if ratios else catalog.tpot_p90_over_mean.value
     return Workload(
-        alpha=None if alpha is None else float(alpha),
+        alpha=primary.alpha,
         tpot_p90_over_mean=tail,
         source=f"sweep {sweep_id} ({sweep.name})",
+        measured_speedups=tuple(
+            (c.concurrency, c.measured_speedup)
+            for c in primary.comparisons
+            if c.measured_speedup is not None
+        ),
     )
 
 
 def _roofline(catalog: TierCatalog, tier: Tier, gpu: GpuSpec, model: str) -> StepTimeModel:
     cal = catalog.calibration
     return roofline_step_model(
-        params_billion=catalog.model_params_billion[model],
+        params_billion=catalog.models[model].params_billion,
         bytes_per_param=tier.bytes_per_param,
         gpus=tier.gpus_per_replica,
         peak_tflops_per_gpu=gpu.bf16_dense_tflops,
@@ -197,8 +248,98 @@ def _model_facts(model: TierModel) -> dict[str, Any]:
     }  # fmt: skip
 
 
+def quote_json(tier: Tier) -> dict[str, Any] | None:
+    quoted = tier.quoted
+    if quoted is None:
+        return None
+    low, high = quoted.usd_per_month.micros
+    return {
+        "source": quoted.source, "text": list(quoted.text),
+        "usd_per_month": {"min": format_micros(low), "max": format_micros(high)},
+        "usd_per_1k_session_seconds": format_micros(quoted.usd_micros_per_1k_session_seconds),
+    }  # fmt: skip
+
+
+def cost_check_json(check: CostCheck) -> dict[str, Any]:
+    return {
+        "claim": check.claim, "verdict": check.verdict.value,
+        "quoted": {"min": format_micros(check.quoted_micros[0]),
+                   "max": format_micros(check.quoted_micros[1])},
+        "computed": {"min": format_micros(check.computed_micros[0]),
+                     "max": format_micros(check.computed_micros[1])},
+        "reason": check.reason,
+    }  # fmt: skip
+
+
+def _speedup_check_json(check: SpeedupCheck) -> dict[str, Any]:
+    low, high = check.per_replica_concurrency
+    return {
+        "claim": "speedup", "verdict": check.verdict.value,
+        "quoted": {"min": check.quoted, "max": check.quoted},
+        "computed": {"min": round(check.computed[0], 3), "max": round(check.computed[1], 3)},
+        "per_replica_concurrency": {"min": round(low, 3), "max": round(high, 3)},
+        "reason": check.reason,
+    }  # fmt: skip
+
+
+def tier_claim_checks(catalog: TierCatalog, model: TierModel) -> list[dict[str, Any]]:
+    """The brief's figures for a tier against the computed ones: monthly cost and cost per 1K
+    session-seconds over the tier's sizes and sessions, and the speedup over its batch sizes.
+
+    Returns:
+        One JSON-ready check per quoted figure (none when nothing was quoted).
+    """
+    tier, checks = model.tier, []
+    if tier.quoted is not None:
+        terms = model.terms(
+            catalog.hours_per_month,
+            instances=(tier.instances.min, tier.instances.max),
+            sessions=(tier.sessions.min, tier.sessions.max),
+        )
+        monthly = check_monthly_cost(terms, quoted_micros=tier.quoted.usd_per_month.micros)
+        per_1k = check_session_second_cost(
+            terms, quoted_micros=tier.quoted.usd_micros_per_1k_session_seconds
+        )
+        checks += [cost_check_json(monthly), cost_check_json(per_1k)]
+    claim = catalog.claims.speedup
+    if claim is not None:
+        replicas = tier.replicas_per_instance
+        batch = (
+            tier.sessions.min / (tier.instances.max * replicas),
+            tier.sessions.max / (tier.instances.min * replicas),
+        )
+        speedup = check_speedup(
+            model.step, model.spec, per_replica_concurrency=batch, quoted=claim.value
+        )
+        checks.append(_speedup_check_json(speedup))
+    return checks
+
+
+def _claims_json(catalog: TierCatalog, workload: Workload) -> dict[str, Any]:
+    claim = catalog.claims.speedup
+    if claim is None:
+        return {"speedup": None}
+    measured = None
+    if workload.measured_speedups:
+        values = [value for _, value in workload.measured_speedups]
+        span = (min(values), max(values))
+        measured = {
+            "source": workload.source,
+            "points": [[c, round(v, 3)] for c, v in workload.measured_speedups],
+            "min": round(span[0], 3), "max": round(span[1], 3),
+            "verdict": range_verdict(span, (claim.value, claim.value)).value,
+        }  # fmt: skip
+    return {
+        "speedup": {
+            "value": claim.value, "source": claim.source, "text": list(claim.text),
+            "measured": measured,
+        }
+    }  # fmt: skip
+
+
 def show_tiers(catalog: TierCatalog, models: list[TierModel], workload: Workload) -> dict[str, Any]:
-    """Every tier's price, model and unit-cost curves over its session range.
+    """Every tier's price, model and unit-cost curves over its session range, and the brief's
+    quoted figures beside the computed ones, each flagged within, below or above.
 
     Returns:
         A JSON-ready dict (money as decimal strings).
@@ -206,9 +347,9 @@ def show_tiers(catalog: TierCatalog, models: list[TierModel], workload: Workload
     tiers = []
     for model in models:
         tier = model.tier
-        grid = _grid(tier.sessions_min, tier.sessions_max)
+        grid = _grid(tier.sessions.min, tier.sessions.max)
         sizes = []
-        for instances in range(tier.instances_min, tier.instances_max + 1):
+        for instances in range(tier.instances.min, tier.instances.max + 1):
             capacity = model.capacity(instances)
             curves = {
                 mode: cost_curve(
@@ -237,13 +378,14 @@ def show_tiers(catalog: TierCatalog, models: list[TierModel], workload: Workload
         tiers.append({
             "name": tier.name, "description": tier.description,
             "instance_type": tier.instance_type, "scheduler": tier.scheduler,
-            "instances": {"min": tier.instances_min, "max": tier.instances_max},
-            "sessions": {"min": tier.sessions_min, "max": tier.sessions_max},
-            "quoted": tier.quoted, "notes": list(tier.notes), "model": _model_facts(model),
-            "sizes": sizes,
+            "instances": {"min": tier.instances.min, "max": tier.instances.max},
+            "sessions": {"min": tier.sessions.min, "max": tier.sessions.max},
+            "quoted": quote_json(tier), "claim_checks": tier_claim_checks(catalog, model),
+            "notes": list(tier.notes), "model": _model_facts(model), "sizes": sizes,
         })  # fmt: skip
     return {
         "workload": workload.source,
+        "claims": _claims_json(catalog, workload),
         "tpot_p90_over_mean": workload.tpot_p90_over_mean,
         "hours_per_month": catalog.hours_per_month,
         "calibration": catalog.calibration.source,
@@ -254,185 +396,34 @@ def show_tiers(catalog: TierCatalog, models: list[TierModel], workload: Workload
     }  # fmt: skip
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class TierOption:
-    """The cheapest way one tier meets the target, or why it cannot."""
-
-    tier: str
-    feasible: bool
-    in_session_range: bool
-    instances: int | None = None
-    mode: SpeculationMode | None = None
-    k: int | None = None
-    tpot_p90_s: dict[str, float] | None = None
-    """Per mode, at the chosen (or largest) size."""
-    usd_micros_per_1k_session_seconds: int | None = None
-    usd_micros_per_1m_tokens: dict[str, int] | None = None
-    reason: str = ""
+# ----------------------------------------------------------------------- the CLI's and API's call
 
 
-def _option(model: TierModel, *, concurrency: int, tpot_p90_s: float, tail: float) -> TierOption:
-    tier = model.tier
-    in_range = tier.sessions_min <= concurrency <= tier.sessions_max
-    last: dict[str, float] = {}
-    for instances in range(tier.instances_min, tier.instances_max + 1):
-        capacity = model.capacity(instances)
-        if not fits_capacity(capacity, concurrency=concurrency):
-            continue
-        p90 = {
-            mode.value: tail
-            * tpot_at(model.step, model.spec, capacity, concurrency=concurrency, mode=mode)
-            for mode in MODES
-        }
-        last = p90
-        curves = {
-            mode: cost_curve(
-                model.step,
-                model.spec,
-                capacity,
-                concurrency=np.asarray([float(concurrency)]),
-                mode=mode,
-            )
-            for mode in MODES
-        }
-        per_1m = {mode.value: int(curves[mode].usd_micros_per_1m_tokens[0]) for mode in MODES}
-        ok = [mode for mode in MODES if p90[mode.value] <= tpot_p90_s]
-        if not ok:
-            continue
-        # Same hardware, same price: the mode with most tokens per second is cheapest per token;
-        # on a tie the simpler mode wins (none, then fixed, then dynamic).
-        best = min(ok, key=lambda m: (per_1m[m.value], MODES.index(m)))
-        return TierOption(
-            tier=tier.name,
-            feasible=True,
-            in_session_range=in_range,
-            instances=instances,
-            mode=best,
-            k=int(curves[best].k[0]),
-            tpot_p90_s=p90,
-            usd_micros_per_1k_session_seconds=int(
-                curves[best].usd_micros_per_1k_session_seconds[0]
-            ),
-            usd_micros_per_1m_tokens=per_1m,
-        )
-    if not last:
-        reason = (
-            f"{concurrency} sessions exceed {tier.instances_max} instance(s) x "
-            f"{tier.replicas_per_instance} replica(s) x "
-            f"{tier.max_concurrency_per_replica} sequences per replica"
-        )
-    else:
-        fastest = min(last.values())
-        reason = (
-            f"even {tier.instances_max} instance(s) give a TPOT p90 of "
-            f"{fastest * 1000:.1f} ms at best, above the {tpot_p90_s * 1000:.1f} ms target"
-        )
-    return TierOption(
-        tier=tier.name,
-        feasible=False,
-        in_session_range=in_range,
-        tpot_p90_s=last or None,
-        reason=reason,
-    )
-
-
-def recommend_tier(
-    models: list[TierModel], workload: Workload, *, concurrency: int, tpot_p90_s: float
-) -> dict[str, Any]:
-    """The cheapest tier that meets a TPOT p90 target at ``concurrency`` sessions, with reasons.
-
-    Tiers whose session range holds ``concurrency`` come first; among them the lowest cost per
-    1K session-seconds wins. A tier outside its range is only chosen when no tier in range
-    meets the target, and the answer says so.
+def load_workload(session: Session | None, catalog: TierCatalog, sweep_id: int | None) -> Workload:
+    """The catalog's assumptions, or what the fitted sweep ``sweep_id`` measured.
 
     Raises:
-        TierError: If the concurrency or the target is not positive.
+        TierQueryError: If the sweep is unknown or has no fit.
     """
-    if concurrency < 1 or not (math.isfinite(tpot_p90_s) and tpot_p90_s > 0):
-        raise TierError("--concurrency must be >= 1 and --tpot-p90 > 0 seconds")
-    options = [
-        _option(m, concurrency=concurrency, tpot_p90_s=tpot_p90_s, tail=workload.tpot_p90_over_mean)
-        for m in models
-    ]
-    feasible = [o for o in options if o.feasible]
-    in_range = [o for o in feasible if o.in_session_range]
-    pool = in_range or feasible
-    chosen = min(pool, key=lambda o: o.usd_micros_per_1k_session_seconds or 0) if pool else None
-    return {
-        "concurrency": concurrency, "tpot_p90_target_s": tpot_p90_s,
-        "workload": workload.source, "tpot_p90_over_mean": workload.tpot_p90_over_mean,
-        "recommended": None if chosen is None else chosen.tier,
-        "chosen_outside_session_range": chosen is not None and not chosen.in_session_range,
-        "options": [_option_json(o) for o in options],
-        "reasoning": _reasoning(options, chosen, concurrency=concurrency, target=tpot_p90_s),
-    }  # fmt: skip
+    if sweep_id is None:
+        return default_workload(catalog)
+    if session is None:
+        raise TypeError("a sweep's workload is read from the database: pass a session")
+    return sweep_workload(session, sweep_id, catalog)
 
 
-def _option_json(option: TierOption) -> dict[str, Any]:
-    return {
-        "tier": option.tier, "feasible": option.feasible,
-        "in_session_range": option.in_session_range, "instances": option.instances,
-        "speculation": None if option.mode is None else option.mode.value, "k": option.k,
-        "tpot_p90_s": option.tpot_p90_s,
-        "usd_per_1k_session_seconds": None if option.usd_micros_per_1k_session_seconds is None
-        else format_micros(option.usd_micros_per_1k_session_seconds),
-        "usd_per_1m_tokens": None if option.usd_micros_per_1m_tokens is None
-        else {k: format_micros(v) for k, v in option.usd_micros_per_1m_tokens.items()},
-        "reason": option.reason or None,
-    }  # fmt: skip
+def tiers_report(session: Session | None, *, sweep_id: int | None = None) -> dict[str, Any]:
+    """``tiers show`` and ``GET /v1/tiers``: :func:`show_tiers` of the shipped catalog.
 
+    Args:
+        session: Database session; needed only with ``sweep_id``.
+        sweep_id: Take acceptance, the TPOT tail and measured speedups from this fitted sweep.
 
-def _reasoning(
-    options: list[TierOption], chosen: TierOption | None, *, concurrency: int, target: float
-) -> list[str]:
-    lines = []
-    for o in options:
-        where = "inside" if o.in_session_range else "outside"
-        if not o.feasible:
-            lines.append(
-                f"{o.tier}: cannot meet it ({o.reason}); {concurrency} sessions is "
-                f"{where} its session range"
-            )
-            continue
-        assert o.mode is not None
-        assert o.tpot_p90_s is not None
-        assert o.usd_micros_per_1m_tokens is not None
-        assert o.usd_micros_per_1k_session_seconds is not None
-        p90 = ", ".join(
-            f"{MODE_LABELS[SpeculationMode(m)]} {v * 1000:.1f} ms" for m, v in o.tpot_p90_s.items()
-        )
-        per_1m = o.usd_micros_per_1m_tokens
-        lines.append(
-            f"{o.tier}: meets {target * 1000:.1f} ms with {o.instances} instance(s) ({where} its "
-            f"session range); TPOT p90 {p90}; best: {MODE_LABELS[o.mode]} (k={o.k}) at "
-            f"${format_micros(per_1m[o.mode.value])} per 1M tokens vs "
-            f"${format_micros(per_1m['none'])} without speculation; "
-            f"${format_micros(o.usd_micros_per_1k_session_seconds)} per 1K session-seconds"
-        )
-    if chosen is None:
-        lines.append("No tier meets the target: relax the TPOT target or add capacity.")
-    else:
-        why = (
-            "the cheapest per 1K session-seconds among tiers sized for this load"
-            if chosen.in_session_range
-            else "no tier sized for this load meets the target, so the cheapest that does"
-        )
-        lines.append(
-            f"Recommended: {chosen.tier} with {chosen.instances} instance(s), "
-            f"{MODE_LABELS[chosen.mode] if chosen.mode else ''}: {why}."
-        )
-        cheaper = [
-            o
-            for o in options
-            if o.feasible
-            and not o.in_session_range
-            and (o.usd_micros_per_1k_session_seconds or 0)
-            < (chosen.usd_micros_per_1k_session_seconds or 0)
-        ]
-        for o in cheaper:
-            lines.append(
-                f"Note: {o.tier} would be cheaper by the model but {concurrency} "
-                "sessions is outside its session range (it serves another model "
-                "size, and KV-cache memory is not modelled)."
-            )
-    return lines
+    Raises:
+        TierQueryError: If the sweep is unknown or has no fit.
+        TierCatalogError: If the catalog is not valid.
+        TierError: If a tier's instance or GPU is missing from the price catalogs.
+    """
+    catalog = load_tier_catalog()
+    workload = load_workload(session, catalog, sweep_id)
+    return show_tiers(catalog, build_tier_models(catalog, workload), workload)

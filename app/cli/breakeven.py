@@ -2,20 +2,17 @@
 app.cli)."""
 
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, TypeVar
 
 import typer
 from sqlalchemy.orm import Session
 
-from app.breakeven import service
-from app.breakeven.render import fit_report
-from app.breakeven.sweep_file import SweepFileError
-from app.cli._support import UserError, open_engine, user_errors
+from app.breakeven import recommendation, service, tiers
+from app.breakeven.render import fit_report, recommendation_text, tiers_text
+from app.cli._support import open_engine, user_errors
 from app.settings import get_settings
-from app.tiers import service as tiers
-from app.tiers.catalog import TierCatalog, TierCatalogError, load_tier_catalog
-from app.tiers.render import recommendation_text, tiers_text
 from serving.engine.config import DEFAULT_ENGINES_DIR
 from serving.engine.schedule import apply_schedule
 
@@ -28,6 +25,7 @@ tiers_app = typer.Typer(
 )
 
 JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
+T = TypeVar("T")
 
 
 @breakeven_app.command("fit")
@@ -63,22 +61,19 @@ def fit(
     file, row and column.
     """
     with user_errors():
-        try:
-            if store:
-                with (
-                    open_engine(get_settings()) as engine,
-                    Session(engine) as session,
-                    session.begin(),
-                ):
-                    outcome = service.fit_sweep_file(
-                        session, path=path, bootstrap_samples=bootstrap, seed=seed
-                    )
-            else:
+        if store:
+            with (
+                open_engine(get_settings()) as engine,
+                Session(engine) as session,
+                session.begin(),
+            ):
                 outcome = service.fit_sweep_file(
-                    None, path=path, bootstrap_samples=bootstrap, seed=seed
+                    session, path=path, bootstrap_samples=bootstrap, seed=seed
                 )
-        except SweepFileError as exc:
-            raise UserError(str(exc)) from None
+        else:
+            outcome = service.fit_sweep_file(
+                None, path=path, bootstrap_samples=bootstrap, seed=seed
+            )
     if as_json:
         typer.echo(json.dumps(outcome.body, indent=2))
     else:
@@ -133,17 +128,14 @@ def apply(
         Session(engine) as session,
         session.begin(),
     ):
-        try:
-            applied = apply_schedule(
-                session,
-                deployment=deployment,
-                sweep_id=sweep,
-                fit_path=fit_file,
-                engines_dir=engines_dir,
-                min_k=min_k,
-            )
-        except service.BreakevenError as exc:
-            raise UserError(str(exc)) from None
+        applied = apply_schedule(
+            session,
+            deployment=deployment,
+            sweep_id=sweep,
+            fit_path=fit_file,
+            engines_dir=engines_dir,
+            min_k=min_k,
+        )
     bands = json.dumps([[b.start, b.end, b.k] for b in applied.bands])
     typer.echo(
         f"deployment {deployment}: schedule {bands} from {applied.source} written to "
@@ -154,14 +146,12 @@ def apply(
     typer.echo(f"next start: specledger engine start --config {applied.engine_path}")
 
 
-def _tier_models(sweep: int | None) -> tuple[TierCatalog, list[tiers.TierModel], tiers.Workload]:
-    catalog = load_tier_catalog()
+def _with_session(sweep: int | None, ask: Callable[[Session | None], T]) -> T:
+    """Ask with a database session when a sweep is named; the catalog alone needs none."""
     if sweep is None:
-        workload = tiers.default_workload(catalog)
-    else:
-        with open_engine(get_settings()) as engine, Session(engine) as session:
-            workload = tiers.sweep_workload(session, sweep, catalog)
-    return catalog, tiers.build_tier_models(catalog, workload), workload
+        return ask(None)
+    with open_engine(get_settings()) as engine, Session(engine) as session:
+        return ask(session)
 
 
 @tiers_app.command("show")
@@ -171,15 +161,13 @@ def tiers_show(
         int | None, typer.Option(help="Take acceptance and the TPOT tail from this fitted sweep.")
     ] = None,
 ) -> None:
-    """Show the three tiers: price per hour and month (computed, and the brief's quoted
-    figures), the modelled replica, and cost per 1K session-seconds and per 1M tokens with and
-    without speculation across each tier's session range."""
+    """Show the three tiers: price per hour and month, the modelled replica, and cost per 1K
+    session-seconds and per 1M tokens with and without speculation across each tier's session
+    range; beside them the brief's quoted monthly cost, cost per 1K session-seconds and
+    speedup (with their source), each flagged within, below or above the computed figure, with
+    the reason, and with --sweep the speedup the sweep measured."""
     with user_errors():
-        try:
-            catalog, models, workload = _tier_models(sweep)
-        except (tiers.TierError, TierCatalogError) as exc:
-            raise UserError(str(exc)) from None
-        report = tiers.show_tiers(catalog, models, workload)
+        report = _with_session(sweep, lambda session: tiers.tiers_report(session, sweep_id=sweep))
     typer.echo(json.dumps(report, indent=2) if as_json else tiers_text(report))
 
 
@@ -193,15 +181,15 @@ def tiers_recommend(
     as_json: JsonOption = False,
 ) -> None:
     """Recommend the cheapest tier that meets a TPOT p90 target at a concurrency, with the
-    speculation mode to run and the reasoning for every tier."""
+    speculation mode to run and the reasoning for every tier, and the brief's quoted figures
+    against the computed ones at that load."""
     with user_errors():
-        try:
-            _, models, workload = _tier_models(sweep)
-            result = tiers.recommend_tier(
-                models, workload, concurrency=concurrency, tpot_p90_s=tpot_p90
-            )
-        except (tiers.TierError, TierCatalogError) as exc:
-            raise UserError(str(exc)) from None
+        result = _with_session(
+            sweep,
+            lambda session: recommendation.tier_recommendation(
+                session, concurrency=concurrency, tpot_p90_s=tpot_p90, sweep_id=sweep
+            ),
+        )
     typer.echo(json.dumps(result, indent=2) if as_json else recommendation_text(result))
 
 

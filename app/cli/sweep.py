@@ -15,7 +15,7 @@ from app.breakeven import service
 from app.breakeven.sweep_file import SweepRow, write_sweep_file
 from app.cli._support import UserError, err, open_engine, progress_bar, user_errors
 from app.cli.engine import DEFAULT_DRAFT_LAYERS
-from app.domain.breakeven_sweep import SweepPoint
+from app.domain.breakeven.sweep import SweepPoint
 from app.settings import get_settings
 from serving.engine import launcher, model_prep
 from serving.engine.config import DEFAULT_ENGINES_DIR, DEFAULT_VLLM_PYTHON, EngineConfig

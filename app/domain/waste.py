@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from statistics import NormalDist
 
+from app.domain.breakeven.speculation import alpha_from_acceptance_length
 from app.domain.errors import InvalidInput
 from app.domain.money import format_micros
-from app.domain.speculation import alpha_from_acceptance_length
 
 SECONDS_PER_MONTH = 365.25 / 12 * 86_400
 """An average calendar month, for monthly estimates."""

@@ -14,6 +14,7 @@ from typing import Any
 from sqlalchemy import ColumnElement, func, select
 from sqlalchemy.orm import Session
 
+from app.breakeven.service import breakeven_curves
 from app.domain.ledger import CostLabel, EntryKind
 from app.domain.waste import (
     AcceptanceGroup,
@@ -29,7 +30,6 @@ from app.domain.waste import (
 from app.domain.windows import TimeWindow
 from app.ledger.repository import current_run_ids
 from app.models import Deployment, LedgerEntry, Replica, UsageRecord
-from app.sweeps.service import breakeven_curves
 
 
 @dataclass(slots=True)

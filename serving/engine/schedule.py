@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session
 
 from app.breakeven.service import BreakevenError, fitted_schedule
 from app.deployments.service import get_deployment
-from app.domain.breakeven import ScheduleBand
+from app.domain.breakeven.model import ScheduleBand
 from serving.engine.config import (
     BatchSizeBand,
     EngineConfig,

@@ -187,7 +187,7 @@ def test_unfittable_sweep_is_invalid_input(client: TestClient, keys: Keys, engin
 
     from app.breakeven import repository
     from app.breakeven.sweep_file import SweepRow
-    from app.domain.breakeven_sweep import SweepPoint
+    from app.domain.breakeven.sweep import SweepPoint
 
     with Session(engine) as session, session.begin():
         sweep_id = repository.add_sweep(

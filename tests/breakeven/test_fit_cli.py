@@ -9,7 +9,7 @@ from sqlalchemy import Engine, func, select
 from typer.testing import CliRunner
 
 from app.cli import app
-from app.domain.breakeven import SpeculationModel
+from app.domain.breakeven.model import SpeculationModel
 from app.models import Sweep, SweepPointRecord
 from tests.breakeven.helpers import HEADER, sweep_rows, true_breakeven, write_rows
 

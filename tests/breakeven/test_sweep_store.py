@@ -8,9 +8,12 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
 from app.breakeven import repository, service
-from app.breakeven.sweep_file import SweepRow, read_sweep_file, write_sweep_file
+from app.breakeven.sweep_file import SweepFileError, SweepRow, read_sweep_file, write_sweep_file
+from app.breakeven.tier_catalog import TierCatalogError
+from app.breakeven.tiers import TierError, TierQueryError
 from app.cli.sweep import row_of
-from app.domain.breakeven import baseline_tokens_per_s, speculative_tokens_per_s
+from app.domain.breakeven.model import baseline_tokens_per_s, speculative_tokens_per_s
+from app.domain.errors import Invalid, NotFound
 from serving.engine.config import BatchSizeBand, EngineConfig, NgramSpeculation
 from serving.load.loadgen import LevelStats
 from serving.load.sweep import SweepTarget, target_for_engine
@@ -109,3 +112,54 @@ def test_a_sweep_too_small_to_fit_is_stored_without_a_fit(engine: Engine) -> Non
         stored = repository.get_sweep(session, sweep_id)
         assert stored is not None
         assert stored.fit is None
+
+
+def test_a_stored_fit_reads_back_typed(engine: Engine) -> None:
+    with Session(engine) as session, session.begin():
+        sweep_id, outcome, _ = service.store_measured_sweep(
+            session, name="cpu.csv", rows=_rows((1, 2, 4, 8, 16)), settings={}
+        )
+    assert outcome is not None
+    with Session(engine) as session:
+        stored = repository.get_sweep(session, sweep_id)
+        assert stored is not None
+        fit = service.read_stored_fit(stored.fit, f"sweep {sweep_id}")
+    assert fit.sweep_id == sweep_id
+    assert fit.config == outcome.fit.primary_config
+    assert fit.primary.k == 4
+    assert fit.primary.alpha == pytest.approx(outcome.fit.primary.alpha)
+    assert fit.bands == outcome.fit.schedule
+    assert fit.breakeven_concurrency == pytest.approx(outcome.fit.breakeven_concurrency)
+    assert fit.step_model is not None
+    assert fit.step_model.model() == outcome.fit.step_model
+
+
+@pytest.mark.parametrize(
+    ("body", "problem"),
+    [
+        ({"config": "ngram"}, "schedule: Field required"),
+        ({"config": "x", "schedule": [], "configs": []}, "config 'x' is not one of 'configs'"),
+        ({"config": "x", "schedule": [[1, 2]], "configs": []}, "schedule.0"),
+        ([], "Input should be a valid dictionary"),
+    ],
+)
+def test_a_body_that_is_not_a_fit_is_named_once(body: object, problem: str) -> None:
+    with pytest.raises(service.BreakevenError, match=r"fit\.json: not a breakeven fit") as caught:
+        service.read_stored_fit(body, "fit.json")
+    assert problem in str(caught.value)
+
+
+def test_breakeven_errors_carry_their_status_and_code() -> None:
+    for error in (SweepFileError, service.UnfittableSweep, service.BreakevenError):
+        assert issubclass(error, Invalid)
+        assert (error.status, error.code) == (422, "invalid_input")
+    assert issubclass(TierCatalogError, Invalid)
+    assert issubclass(TierError, Invalid)
+    assert issubclass(service.SweepNotFound, NotFound)
+    assert service.SweepNotFound.status == 404
+    named = TierQueryError("no sweep 7")
+    assert (named.status, named.code, named.fields) == (
+        422,
+        "invalid_parameter",
+        (("query.sweep", "no sweep 7"),),
+    )

@@ -1,6 +1,8 @@
 """The dashboards' queries on a billed and allocated month, on SQLite and PostgreSQL."""
 
+import json
 from datetime import UTC, datetime
+from importlib import resources
 from pathlib import Path
 
 import pandas as pd
@@ -8,6 +10,7 @@ import pytest
 from sqlalchemy import Engine, delete, update
 from sqlalchemy.orm import Session
 
+from app.breakeven.tier_catalog import load_tier_catalog
 from app.domain.periods import Month
 from app.ledger.costs import CostLine, unit_costs
 from app.models import Sweep, SweepPointRecord
@@ -171,19 +174,52 @@ def test_tier_frames_measure_cost_per_session_second(seeded: Seeded, engine: Eng
     assert first["usd_per_1k_session_seconds"] == pytest.approx(at_ten * 10 / first["concurrency"])
 
 
-def test_tier_catalog_parsing(tmp_path: Path) -> None:
+def test_tier_frames_put_the_briefs_claims_beside_computed_and_measured(
+    seeded: Seeded, engine: Engine
+) -> None:
+    quoted = breakeven_data.tier_frames(engine, month=MONTH).quoted
+    assert list(quoted.columns) == breakeven_data.QUOTED_COLUMNS
+    rows = {(r["tier"], r["claim"]): r for r in quoted.to_dict("records")}
+    assert set(rows) == {
+        (tier, claim)
+        for tier in ("prototype", "scaled", "enterprise")
+        for claim in ("usd_per_month", "usd_per_1k_session_seconds", "speedup")
+    }
+    for row in rows.values():  # every claim carries its source and its words
+        assert "reference/product-brief.txt" in row["source"]
+        assert row["text"]
+    month = rows["prototype", "usd_per_month"]
+    assert (month["quoted_low"], month["quoted_high"]) == (1200.0, 3500.0)
+    assert month["computed_low"] == pytest.approx(4140.56)
+    assert month["verdict"] == "above"
+    assert "617 h a month" in month["reason"]
+    assert rows["enterprise", "usd_per_month"]["computed_low"] == pytest.approx(321_433.6)
+    assert rows["enterprise", "usd_per_month"]["verdict"] == "above"
+    per_1k = rows["prototype", "usd_per_1k_session_seconds"]
+    assert per_1k["quoted_low"] == 0.12
+    assert per_1k["verdict"] == "within"
+    # the ledger's figure for the tier: its requests' cost over their session-seconds
+    measured = breakeven_data.tier_frames(engine, month=MONTH).measured
+    prototype = measured[measured["tier"] == "prototype"]
+    spent = (prototype["usd_per_1k_session_seconds"] * prototype["session_seconds"]).sum()
+    assert per_1k["measured"] == pytest.approx(spent / prototype["session_seconds"].sum())
+    assert pd.isna(rows["enterprise", "usd_per_1k_session_seconds"]["measured"])  # none metered
+    assert pd.isna(month["measured"])
+    assert rows["prototype", "speedup"]["verdict"] == "below"
+
+
+def test_tier_frames_read_the_catalog_they_are_given(tmp_path: Path, engine: Engine) -> None:
+    catalog = json.loads(resources.files("app").joinpath("data/tiers.json").read_text("utf-8"))
+    catalog["tiers"] = catalog["tiers"][:1]
+    catalog["tiers"][0]["quoted"]["usd_per_month"] = {"min": "4000", "max": "4500"}
     path = tmp_path / "tiers.json"
-    path.write_text(
-        '{"tiers": {"prototype": {"instance_type": "g5.12xlarge", "instances": 1,'
-        ' "sessions": [5, 20], "quoted": {"usd_per_1k_session_seconds": "0.12",'
-        ' "usd_per_month": null}}}}'
-    )
-    (tier,) = breakeven_data.load_tier_catalog(path)
-    assert tier.name == "prototype"
-    assert tier.instances == (1,)
-    assert tier.sessions == (5.0, 20.0)
-    assert tier.quoted_usd_per_1k_session_seconds == 0.12
-    assert tier.quoted_usd_per_month is None
-    shipped = {t.name: t for t in breakeven_data.load_tier_catalog()}
-    assert shipped["scaled"].instances == (2, 4)
-    assert breakeven_data.load_tier_catalog(tmp_path / "missing.json") == []
+    path.write_text(json.dumps(catalog), "utf-8")
+    frames = breakeven_data.tier_frames(engine, month=MONTH, catalog=load_tier_catalog(path))
+    assert set(frames.modelled["tier"]) == {"prototype"}
+    month = frames.quoted[frames.quoted["claim"] == "usd_per_month"].iloc[0]
+    assert month["verdict"] == "within"
+    catalog["tiers"][0]["instance_type"] = "no-such-instance"
+    path.write_text(json.dumps(catalog), "utf-8")
+    broken = breakeven_data.tier_frames(engine, month=MONTH, catalog=load_tier_catalog(path))
+    assert not broken.catalog_found
+    assert broken.quoted.empty

@@ -274,11 +274,20 @@ def test_tiers_put_quoted_figures_beside_the_model_and_the_measurements() -> Non
         [
             {
                 "tier": "prototype",
+                "claim": "usd_per_1k_session_seconds",
                 "sessions_low": 5,
                 "sessions_high": 20,
-                "usd_per_1k_session_seconds": 0.12,
-                "usd_per_month": 4140.0,
-            }
+                "quoted_low": 0.12,
+                "verdict": "within",
+            },
+            {  # drawn in the page's table, not on this axis
+                "tier": "prototype",
+                "claim": "usd_per_month",
+                "sessions_low": 5,
+                "sessions_high": 20,
+                "quoted_low": 1200.0,
+                "verdict": "above",
+            },
         ]
     )
     measured = pd.DataFrame(
@@ -300,6 +309,7 @@ def test_tiers_put_quoted_figures_beside_the_model_and_the_measurements() -> Non
     }
     assert traces["prototype: quoted"]["x"] == [pytest.approx(10.0)]
     assert traces["prototype: quoted"]["y"] == [0.12]
+    assert traces["prototype: quoted"]["text"] == ["quoted $0.12 (computed: within)"]
     assert traces["prototype: measured"]["y"] == [0.2]
     assert fig["layout"]["yaxis"]["type"] == "log"
 

@@ -110,3 +110,15 @@ def test_month_and_index(client: TestClient, keys: Keys, seeded: Seeded) -> None
 def test_an_unknown_sweep_shows_no_data(client: TestClient, keys: Keys, seeded: Seeded) -> None:
     body = client.get("/dashboards/breakeven?sweep=999", headers=_bearer(keys.admin)).text
     assert "No data yet" in body
+
+
+def test_tiers_page_flags_the_briefs_figures_with_the_reason(
+    client: TestClient, keys: Keys, seeded: Seeded
+) -> None:
+    body = client.get("/dashboards/tiers", headers=_bearer(keys.admin)).text
+    assert "<table class=claims>" in body
+    assert body.count("reference/product-brief.txt") >= 9  # three figures for three tiers
+    assert "quoted $0.12 (computed: within)" in body  # the figure's diamond
+    assert "<td class=flag>above</td>" in body
+    assert "1 running 617 h a month (85% of 730 h)" in body
+    assert "8 running 216 h a month (30% of 730 h)" in body

@@ -9,7 +9,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from app.domain.breakeven import (
+from app.domain.breakeven.model import (
     ScheduleBand,
     SpeculationModel,
     StepTimeModel,
@@ -21,10 +21,10 @@ from app.domain.breakeven import (
     speculative_tokens_per_s,
     speedup,
 )
-from app.domain.breakeven_report import breakeven_fit_as_dict, fit_breakeven
-from app.domain.breakeven_sweep import InvalidSweep, SweepPoint
+from app.domain.breakeven.report import breakeven_fit_as_dict, fit_breakeven
+from app.domain.breakeven.speculation import expected_tokens_per_step, walltime_speedup
+from app.domain.breakeven.sweep import InvalidSweep, SweepPoint
 from app.domain.errors import InvalidInput, NoBreakeven
-from app.domain.speculation import expected_tokens_per_step, walltime_speedup
 
 # reference/specdecode.md 3.6: Llama-3.1-8B on H100 (SpecDecode-Bench predictor), L = 0.
 H100_FLOOR_S = 5.88590713e-03 + 1.20683946e-03  # step constant plus per-step overhead
@@ -282,6 +282,8 @@ def test_default_fit_sees_a_per_sequence_cost_that_a_two_term_model_misreads():
         default = fit_breakeven(rows, bootstrap_samples=0)
         two_term = fit_breakeven(rows, bootstrap_samples=0, fit_per_sequence=False)
         assert "per_sequence_s" in {p.name for p in default.parameters}
+        assert default.breakeven_concurrency is not None
+        assert two_term.breakeven_concurrency is not None
         errors[True].append(default.breakeven_concurrency / truth - 1)
         errors[False].append(two_term.breakeven_concurrency / truth - 1)
     assert abs(float(np.median(errors[True]))) < 0.05

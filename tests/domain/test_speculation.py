@@ -6,8 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.domain.errors import InvalidInput, NoBreakeven
-from app.domain.speculation import (
+from app.domain.breakeven.speculation import (
     acceptance_breakeven,
     alpha_from_acceptance_length,
     arithmetic_operations_factor,
@@ -16,6 +15,7 @@ from app.domain.speculation import (
     optimal_k,
     walltime_speedup,
 )
+from app.domain.errors import InvalidInput, NoBreakeven
 
 ALPHA = st.floats(min_value=0.0, max_value=1.0)
 OPEN_ALPHA = st.floats(min_value=0.0, max_value=0.999)

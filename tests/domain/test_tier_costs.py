@@ -5,14 +5,13 @@ import math
 import numpy as np
 import pytest
 
-from app.domain.breakeven import (
+from app.domain.breakeven.model import (
     SpeculationModel,
     StepTimeModel,
     baseline_tokens_per_s,
     breakeven_concurrency,
 )
-from app.domain.errors import InvalidInput
-from app.domain.tier_costs import (
+from app.domain.breakeven.tier_costs import (
     SpeculationMode,
     TierCapacity,
     cost_breakeven_concurrency,
@@ -22,6 +21,7 @@ from app.domain.tier_costs import (
     roofline_step_model,
     tpot_at,
 )
+from app.domain.errors import InvalidInput
 
 STEP = StepTimeModel(floor_s=0.01, per_token_s=4e-5)
 SPEC = SpeculationModel(k=3, mean_acceptance_length=2.6, draft_cost_ratio=0.2)

@@ -1,4 +1,4 @@
-"""Least-squares fit of the step-time model (app.domain.breakeven) to a measured load sweep.
+"""Least-squares fit of the step-time model (app.domain.breakeven.model) to a measured load sweep.
 
 One joint fit: the baseline and every speculative config share the target's step model
 (``floor_s``, ``per_token_s``, optionally ``per_sequence_s``); each speculative config adds its
@@ -15,14 +15,14 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.optimize import least_squares
 
-from app.domain.breakeven import (
+from app.domain.breakeven.model import (
     FloatArray,
     SpeculationModel,
     StepTimeModel,
     is_model_free,
     speculative_step_s,
 )
-from app.domain.breakeven_sweep import ConfigSweep, InvalidSweep, Sweep
+from app.domain.breakeven.sweep import ConfigSweep, InvalidSweep, Sweep
 
 _TOLERANCE = 1e-12
 

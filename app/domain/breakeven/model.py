@@ -36,8 +36,8 @@ import numpy as np
 import numpy.typing as npt
 from scipy.optimize import brentq
 
+from app.domain.breakeven.speculation import alpha_from_acceptance_length, draft_acceptance_rate
 from app.domain.errors import InvalidInput, NoBreakeven
-from app.domain.speculation import alpha_from_acceptance_length, draft_acceptance_rate
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -263,24 +263,31 @@ def inflection_concurrency(
 
 
 def acceptance_needed(
-    step: StepTimeModel, spec: SpeculationModel, *, concurrency: float
+    step: StepTimeModel,
+    spec: SpeculationModel,
+    *,
+    concurrency: float,
+    target_speedup: float = 1.0,
 ) -> AcceptanceNeed:
-    """Smallest acceptance at which the configuration's ``k`` breaks even at ``concurrency``.
+    """Smallest acceptance at which the configuration's ``k`` reaches ``target_speedup`` (1:
+    breaks even) at ``concurrency``.
 
     Speedup is ``E * t(B, 1) / t_spec(B, k)`` and ``t_spec`` does not depend on acceptance, so
-    the need is ``E = t_spec / t`` tokens per step, turned into alpha by inverting equation 1.
+    the need is ``E = target * t_spec / t`` tokens per step, turned into alpha by inverting
+    equation 1.
 
     Args:
         step: Target step-time model.
         spec: Speculative configuration (its acceptance is not used, its costs are).
         concurrency: Sequences in the batch, > 0.
+        target_speedup: Speedup over plain decoding to reach, > 0.
 
     Returns:
         The required mean acceptance length, alpha and vLLM draft acceptance rate.
     """
     plain = float(step.step_s(concurrency=concurrency, tokens_per_sequence=1.0))
     spec_s = float(speculative_step_s(step, spec, concurrency=concurrency, k=spec.k))
-    needed = max(1.0, spec_s / plain)
+    needed = max(1.0, target_speedup * spec_s / plain)
     if needed > spec.k + 1:
         return AcceptanceNeed(
             concurrency=concurrency,

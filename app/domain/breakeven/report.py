@@ -11,7 +11,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from app.domain.breakeven import (
+from app.domain.breakeven.fit import (
+    FittedParameter,
+    LeastSquaresFit,
+    SweepProblem,
+    build_problem,
+    fit_sweep,
+    fitted_parameters,
+    solve,
+)
+from app.domain.breakeven.model import (
     AcceptanceNeed,
     FloatArray,
     ScheduleBand,
@@ -26,16 +35,7 @@ from app.domain.breakeven import (
     speculative_tokens_per_s,
     speedup,
 )
-from app.domain.breakeven_fit import (
-    FittedParameter,
-    LeastSquaresFit,
-    SweepProblem,
-    build_problem,
-    fit_sweep,
-    fitted_parameters,
-    solve,
-)
-from app.domain.breakeven_sweep import ConfigSweep, SweepPoint, validate_sweep
+from app.domain.breakeven.sweep import ConfigSweep, SweepPoint, validate_sweep
 from app.domain.errors import InvalidInput, NoBreakeven
 
 INFLECTION_SEARCH_FACTOR = 100.0

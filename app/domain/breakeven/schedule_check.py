@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from statistics import median
 
-from app.domain.breakeven_sweep import SweepPoint
+from app.domain.breakeven.sweep import SweepPoint
 
 SCHEDULE_TARGET = 0.95
 """Share of the better fixed choice a schedule must reach at every level."""

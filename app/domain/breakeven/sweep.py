@@ -10,7 +10,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from app.domain.breakeven import BASELINE_METHOD
+from app.domain.breakeven.model import BASELINE_METHOD
 from app.domain.errors import InvalidInput
 
 MIN_CONCURRENCY_LEVELS = 3

@@ -3,7 +3,7 @@
 A tier is ``instances`` cloud instances, each holding ``replicas_per_instance`` model replicas
 (tensor-parallel groups). Closed-loop sessions spread evenly over the replicas, so each replica
 runs at ``concurrency / replicas`` and its throughput comes from a step-time model
-(:mod:`app.domain.breakeven`). Then, with ``P`` the fleet's price per second:
+(:mod:`app.domain.breakeven.model`). Then, with ``P`` the fleet's price per second:
 
 * cost per 1K session-seconds ``= 1000 * P / concurrency``: every active session accrues one
   session-second per second. It depends only on what is provisioned; speculation changes it
@@ -13,6 +13,8 @@ runs at ``concurrency / replicas`` and its throughput comes from a step-time mod
 Money is in integer micro-units (rounded half to even); these are estimates from a model, not
 ledger amounts. Step times for hardware that was never measured come from a roofline
 (:func:`roofline_step_model`), calibrated against a published step-time fit.
+
+Quoted figures are checked against these computed ones in :mod:`app.domain.breakeven.claims`.
 """
 
 import math
@@ -22,7 +24,7 @@ from enum import StrEnum
 import numpy as np
 import numpy.typing as npt
 
-from app.domain.breakeven import (
+from app.domain.breakeven.model import (
     FloatArray,
     SpeculationModel,
     StepTimeModel,
@@ -289,7 +291,7 @@ def cost_breakeven_concurrency(
 
     The fleet price is the same in both modes, so this is where the fleet's throughputs cross,
     found on a log grid and refined linearly (enough for a report; the throughput breakeven of
-    :func:`app.domain.breakeven.breakeven_concurrency` is the exact one per replica).
+    :func:`app.domain.breakeven.model.breakeven_concurrency` is the exact one per replica).
 
     Returns:
         The first crossing from "speculation cheaper" to "plain cheaper", or None when the sign
