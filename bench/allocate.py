@@ -37,12 +37,13 @@ from ingest.service import IngestOptions, ingest_billing
 from ingest.synth import SynthSpec, synth_rows, write_bill
 
 MONTH = "2026-11"
+PERIOD = Month.parse(MONTH)
 TAG = "specledger-deployment"
 
 
 def usage_table(requests: int, sessions: int, seed: int = 11) -> pa.Table:
     rng = np.random.default_rng(seed)
-    start, end = Month.parse(MONTH).start, Month.parse(MONTH).end
+    start, end = PERIOD.start, PERIOD.end
     span_ns = int((end - start).total_seconds() * 1e9)
     arrived = np.sort(rng.integers(0, span_ns - 20 * 10**9, size=requests)) + int(
         start.timestamp() * 1e9
@@ -82,7 +83,7 @@ def usage_table(requests: int, sessions: int, seed: int = 11) -> pa.Table:
 
 def prepare(url: str, folder: Path, usage: pa.Table) -> None:
     migrate.upgrade(url)
-    start, end = Month.parse(MONTH).start, Month.parse(MONTH).end
+    start, end = PERIOD.start, PERIOD.end
     bill = folder / "bill.csv"
     if not bill.exists():
         write_bill(
@@ -106,9 +107,7 @@ def child_allocate(url: str) -> None:
     engine = make_engine(url)
     begin = time.perf_counter()
     with unit_of_work(engine) as session:
-        summary = run_allocation(
-            session, Window.of_month(Month.parse(MONTH)), share_idle=False, tag_key=TAG
-        )
+        summary = run_allocation(session, Window.of_month(PERIOD), share_idle=False, tag_key=TAG)
     seconds = time.perf_counter() - begin
     print(
         json.dumps(

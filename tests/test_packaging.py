@@ -10,8 +10,10 @@ from pathlib import Path
 from tests.conftest import ROOT
 
 
-def _run(*args: str, **kwargs: object) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(args, check=True, capture_output=True, text=True, **kwargs)  # type: ignore[call-overload, no-any-return]
+def _run(
+    *args: str, cwd: Path | None = None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(args, check=True, capture_output=True, text=True, cwd=cwd, env=env)
 
 
 def test_an_installed_wheel_migrates_without_the_source_tree(tmp_path: Path) -> None:

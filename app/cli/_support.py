@@ -2,6 +2,7 @@
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime
 
 import typer
 from pydantic import ValidationError
@@ -40,6 +41,11 @@ def user_errors() -> Iterator[None]:
 
 def _print_error(message: str) -> None:
     err.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
+
+
+def as_utc(value: datetime) -> datetime:
+    """A datetime option in UTC; one without a zone is read as UTC (Typer parses none)."""
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
 def parse_month(text: str) -> Month:

@@ -2,7 +2,7 @@
 
 import json
 import sys
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Annotated
 
@@ -10,6 +10,7 @@ import typer
 
 from app.cli._support import (
     UserError,
+    as_utc,
     err,
     open_engine,
     out,
@@ -141,8 +142,8 @@ def billing_synth(
             )
         period_start, period_end = month.start, month.end
         tags = dict(_split_tag(t) for t in tag)
-        window_start = _utc(start) if start else period_start
-        window_end = _utc(end) if end else period_end
+        window_start = as_utc(start) if start else period_start
+        window_end = as_utc(end) if end else period_end
         if not period_start <= window_start < window_end <= period_end:
             raise UserError("--start/--end must lie inside --month, start before end")
         table = synth_rows(
@@ -165,10 +166,6 @@ def _split_tag(text: str) -> tuple[str, str]:
     if not sep or not key:
         raise UserError(f"--tag must be KEY=VALUE, got {text!r}")
     return key, value
-
-
-def _utc(value: datetime) -> datetime:
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
 def register(app: typer.Typer, *, ingest_app: typer.Typer) -> None:

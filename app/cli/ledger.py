@@ -1,7 +1,7 @@
 """CLI commands for the registry, allocation and the ledger (mounted by app.cli)."""
 
 import json
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Annotated
 
@@ -10,7 +10,7 @@ from sqlalchemy.orm import Session
 
 from app.allocation.service import run_allocation
 from app.allocation.windowing import Window
-from app.cli._support import open_engine, parse_month, user_errors
+from app.cli._support import as_utc, open_engine, parse_month, user_errors
 from app.db import unit_of_work
 from app.deployments import service as registry
 from app.domain.ledger import Dimension, SharedPolicy
@@ -35,14 +35,10 @@ def window_from(month: str | None, start: datetime | None, end: datetime | None)
         return month_window(month)
     if not (start and end):
         raise typer.BadParameter("give --month YYYY-MM, or --start and --end")
-    start, end = _utc(start), _utc(end)
+    start, end = as_utc(start), as_utc(end)
     if end <= start:
         raise typer.BadParameter("--end must be after --start (windows are half-open)")
     return Window(start, end)
-
-
-def _utc(value: datetime) -> datetime:
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
 @deployments_app.command("add")

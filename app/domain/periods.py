@@ -29,7 +29,9 @@ class Month:
 
     def __post_init__(self) -> None:
         if not (1 <= self.year <= 9998 and 1 <= self.number <= 12):
-            raise InvalidMonth(f"no month {self.year:04d}-{self.number:02d}")
+            raise InvalidMonth(
+                f"month must be YYYY-MM with a month 01-12, got '{self.year:04d}-{self.number:02d}'"
+            )
 
     @classmethod
     def parse(cls, text: str) -> Self:
@@ -39,7 +41,7 @@ class Month:
             InvalidMonth: If ``text`` is not ``YYYY-MM`` with a month from 01 to 12.
         """
         match = _MONTH.fullmatch(text.strip()) if isinstance(text, str) else None
-        if match is None or not 1 <= int(match[2]) <= 12 or int(match[1]) < 1:
+        if match is None:
             raise InvalidMonth(f"month must be YYYY-MM, got {text!r}")
         return cls(int(match[1]), int(match[2]))
 

@@ -125,8 +125,9 @@ def apply_schedule(
         The new engine config and where it was written.
 
     Raises:
-        BreakevenError: Unknown deployment, no engine config, no fit, or a fit for another
-            speculation method than the engine's.
+        UnknownDeployment: If no deployment has that name.
+        BreakevenError: No engine config, no fit, or a fit for another speculation method
+            than the engine's.
     """
     record = get_deployment(session, deployment)
     schedule = fitted_schedule(session, sweep_id=sweep_id, fit_path=fit_path, min_k=min_k)

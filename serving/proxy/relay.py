@@ -219,15 +219,7 @@ async def forward(state: ProxyState, http_request: Request, endpoint: Endpoint) 
     except httpx.HTTPError as exc:
         return _unavailable(state, request, exc)
     except BaseException:
-        state.finish(
-            request,
-            status=UsageStatus.cancelled,
-            usage=TokenUsage(),
-            spec=None,
-            meter_tokens=0,
-            http_status=None,
-            error="the client disconnected before the model server answered",
-        )
+        _abandoned(state, request, "the client disconnected before the model server answered")
         raise
     response_headers = _response_headers(upstream, request)
     if (
@@ -243,6 +235,19 @@ async def forward(state: ProxyState, http_request: Request, endpoint: Endpoint) 
     return await _complete(state, request, upstream, response_headers)
 
 
+def _abandoned(state: ProxyState, request: InFlight, error: str) -> None:
+    """Record a request the client gave up on before any token reached it."""
+    state.finish(
+        request,
+        status=UsageStatus.cancelled,
+        usage=TokenUsage(),
+        spec=None,
+        meter_tokens=0,
+        http_status=None,
+        error=error,
+    )
+
+
 async def _complete(
     state: ProxyState, request: InFlight, upstream: httpx.Response, headers: dict[str, str]
 ) -> Response:
@@ -256,15 +261,7 @@ async def _complete(
     except httpx.HTTPError as exc:
         return _unavailable(state, request, exc)
     except BaseException:
-        state.finish(
-            request,
-            status=UsageStatus.cancelled,
-            usage=TokenUsage(),
-            spec=None,
-            meter_tokens=0,
-            http_status=None,
-            error="the client disconnected before the response was complete",
-        )
+        _abandoned(state, request, "the client disconnected before the response was complete")
         raise
     try:
         parsed = parse_response(json.loads(payload))
