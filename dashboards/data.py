@@ -16,9 +16,9 @@ from sqlalchemy import DateTime, Engine, String, func, select
 from sqlalchemy.orm import Session
 from sqlalchemy.sql.elements import ColumnElement
 
-from app.allocation.repository import to_ns
 from app.domain.ledger import CostLabel, EntryKind
 from app.domain.periods import Month
+from app.kit.epoch import to_ns
 from app.ledger.reconcile import reconcile
 from app.ledger.repository import allocated_months, current_run_id
 from app.models import LedgerEntry, UsageRecord

@@ -3,7 +3,7 @@
 The ledger of record is the current run of each month. Its entries are read by charge
 period (adjustments to a closed month carry that month's start), grouped in SQL by charge
 hour and the aggregate's dimensions, and cut into steps here. ``idle=share`` hands each
-billing row's idle remainder to that row's request groups in proportion to their
+pool's idle remainder (a pool is the billing rows split together) to its request groups in proportion to their
 GPU-seconds (largest remainder, so the total is unchanged); rows that had no request keep
 their idle line. A team's view is computed after sharing, so it gets exactly its share.
 """
@@ -148,7 +148,7 @@ def _groups(
         LedgerEntry.kind,
         LedgerEntry.currency,
         LedgerEntry.deployment,
-        LedgerEntry.billing_row_id if by_row else None,
+        LedgerEntry.pool_id if by_row else None,
         *dimensions,
     ]
     grouped = [c for c in columns if c is not None]
@@ -182,13 +182,13 @@ def _share_idle(
     idle_by_row: dict[int, int] = {
         int(row_id or 0): int(amount)
         for row_id, amount in session.execute(
-            select(LedgerEntry.billing_row_id, func.sum(cost))
+            select(LedgerEntry.pool_id, func.sum(cost))
             .where(
                 *_in_window(query),
                 LedgerEntry.kind == EntryKind.idle,
-                LedgerEntry.billing_row_id.is_not(None),
+                LedgerEntry.pool_id.is_not(None),
             )
-            .group_by(LedgerEntry.billing_row_id)
+            .group_by(LedgerEntry.pool_id)
         )
     }
     if not idle_by_row:
@@ -196,13 +196,13 @@ def _share_idle(
     basis_by_row: dict[int, int] = {
         int(row_id or 0): int(gpu)
         for row_id, gpu in session.execute(
-            select(LedgerEntry.billing_row_id, func.sum(LedgerEntry.gpu_ns))
+            select(LedgerEntry.pool_id, func.sum(LedgerEntry.gpu_ns))
             .where(
                 *_in_window(query),
                 LedgerEntry.kind == EntryKind.request,
-                LedgerEntry.billing_row_id.is_not(None),
+                LedgerEntry.pool_id.is_not(None),
             )
-            .group_by(LedgerEntry.billing_row_id)
+            .group_by(LedgerEntry.pool_id)
         )
     }
     shared_rows = {row for row, basis in basis_by_row.items() if basis > 0 and row in idle_by_row}

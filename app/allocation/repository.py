@@ -1,7 +1,11 @@
-"""Queries the allocation needs: billing rows, the deployments registry, usage."""
+"""The allocation's inputs read from the database as Arrow tables (plan.INPUT_SCHEMAS).
+
+One query per table, columns straight into Arrow: no Python object per usage record. The
+billing rows (thousands, not millions) get their deployment tag's value read here, since
+tags are JSON whose functions differ between SQLite and PostgreSQL.
+"""
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -10,56 +14,80 @@ import pyarrow as pa
 from sqlalchemy import DateTime, select, type_coerce
 from sqlalchemy.orm import Session
 
-from app.allocation.compute import DeploymentPolicy, Usage
+from app.allocation.plan import BASES, MAX_EXACT_MICROS
+from app.domain.errors import InvalidInput
+from app.kit.epoch import to_us
 from app.models import BillingDelivery, BillingRow, Deployment, Replica, UsageRecord
 
-
-@dataclass(frozen=True, slots=True)
-class RowRecord:
-    id: int
-    charge_period_start: datetime
-    charge_period_end: datetime
-    effective_cost_micros: int
-    billed_cost_micros: int
-    currency: str
-    tags: dict[str, object] | None
-    resource_id: str | None
-    service_category: str | None
-    charge_class: str | None = None
+# Plain DateTime (not UTCDateTime) skips a Python call per value; to_us reads the naive UTC
+# values SQLite returns and the aware ones PostgreSQL returns alike.
+_PLAIN = DateTime(timezone=True)
+_COST_COLUMNS = {
+    "effective": BillingRow.effective_cost_micros,
+    "billed": BillingRow.billed_cost_micros,
+    "list_cost": BillingRow.list_cost_micros,
+    "contracted": BillingRow.contracted_cost_micros,
+}
 
 
-@dataclass(frozen=True, slots=True)
-class Registry:
-    policies: dict[str, DeploymentPolicy]
-    by_tag_value: dict[str, str]
-    by_resource_id: dict[str, tuple[str, str]]
-    """ResourceId -> (deployment, replica)."""
-
-
-@dataclass(frozen=True, slots=True)
-class UsageTable:
-    usage: Usage
-    event_id: list[str]
-    session_id: list[str]
+def plan_inputs(
+    session: Session,
+    *,
+    start: datetime,
+    end: datetime,
+    by_billing_period: bool,
+    booked_month: str,
+    tag_key: str,
+) -> dict[str, pa.Table]:
+    """The window's billing rows, the registry and the usage overlapping the rows."""
+    rows = billing_rows(
+        session,
+        start=start,
+        end=end,
+        by_billing_period=by_billing_period,
+        booked_month=booked_month,
+        tag_key=tag_key,
+    )
+    if rows.num_rows:
+        first = int(np.min(rows["start_us"].to_numpy()))
+        last = int(np.max(rows["end_us"].to_numpy()))
+    else:
+        first = last = 0
+    deployments, replicas = registry(session)
+    return {
+        "rows": rows,
+        "deployments": deployments,
+        "replicas": replicas,
+        "usage": usage_between(session, first, last),
+    }
 
 
 def billing_rows(
-    session: Session, *, start: datetime, end: datetime, by_billing_period: bool
-) -> list[RowRecord]:
+    session: Session,
+    *,
+    start: datetime,
+    end: datetime,
+    by_billing_period: bool,
+    booked_month: str,
+    tag_key: str,
+) -> pa.Table:
     """Current billing rows of a month (by BillingPeriodStart, so corrections billed in it are
-    included) or of any window (by ChargePeriodStart)."""
+    included) or of any window (by ChargePeriodStart).
+
+    Raises:
+        InvalidInput: If a row's cost is 2**50 micros or more in magnitude.
+    """
     query = (
         select(
             BillingRow.id,
-            BillingRow.charge_period_start,
-            BillingRow.charge_period_end,
-            BillingRow.effective_cost_micros,
-            BillingRow.billed_cost_micros,
+            type_coerce(BillingRow.charge_period_start, _PLAIN),
+            type_coerce(BillingRow.charge_period_end, _PLAIN),
+            type_coerce(BillingRow.billing_period_start, _PLAIN),
+            *_COST_COLUMNS.values(),
             BillingRow.billing_currency,
             BillingRow.tags,
             BillingRow.resource_id,
             BillingRow.service_category,
-            BillingRow.billing_period_start,
             BillingRow.charge_class,
         )
         .join(BillingDelivery, BillingDelivery.id == BillingRow.delivery_id)
@@ -72,89 +100,116 @@ def billing_rows(
         query = query.where(
             BillingRow.charge_period_start >= start, BillingRow.charge_period_start < end
         )
-    return [
-        RowRecord(
-            r.id,
-            r.charge_period_start or r.billing_period_start,
-            r.charge_period_end or r.charge_period_start or r.billing_period_start,
-            r.effective_cost_micros or 0,
-            r.billed_cost_micros or 0,
-            r.billing_currency or "",
-            r.tags,
-            r.resource_id,
-            r.service_category,
-            r.charge_class,
-        )
-        for r in session.execute(query)
-    ]
+    records: list[Any] = list(session.execute(query).all())
+    ids = [r[0] for r in records]
+    starts = to_us([r[1] or r[3] for r in records])
+    ends = to_us([r[2] or r[1] or r[3] for r in records])
+    costs = {name: [r[4 + i] or 0 for r in records] for i, name in enumerate(_COST_COLUMNS)}
+    for name, values in costs.items():
+        for row_id, value in zip(ids, values, strict=True):
+            if abs(value) >= MAX_EXACT_MICROS:
+                raise InvalidInput(
+                    f"billing row {row_id}: {name} of {value} micros is too large to allocate "
+                    f"exactly (the limit is {MAX_EXACT_MICROS - 1} micros per row)"
+                )
+    return pa.table(
+        {
+            "row_id": pa.array(ids, pa.int64()),
+            "start_us": pa.array(starts),
+            "end_us": pa.array(ends),
+            **{name: pa.array(costs[name], pa.int64()) for name, _ in BASES},
+            "currency": pa.array([r[8] or "" for r in records], pa.string()),
+            "tag_value": pa.array([_tag(r[9], tag_key) for r in records], pa.string()),
+            "resource_id": pa.array([r[10] or None for r in records], pa.string()),
+            "category_compute": pa.array([r[11] == "Compute" for r in records], pa.bool_()),
+            "corrects_month": pa.array(
+                [_corrects(r[12], r[1] or r[3], booked_month) for r in records], pa.string()
+            ),
+        }
+    )
 
 
-def registry(session: Session) -> Registry:
-    deployments = session.scalars(select(Deployment)).all()
+def _tag(tags: dict[str, object] | None, key: str) -> str | None:
+    value = (tags or {}).get(key)
+    return None if value is None else str(value)
+
+
+def _corrects(charge_class: str | None, charge_start: datetime, booked_month: str) -> str | None:
+    """The month a Correction row corrects, when it is not the month it is booked in."""
+    month = f"{charge_start:%Y-%m}"
+    return month if charge_class == "Correction" and month != booked_month else None
+
+
+def registry(session: Session) -> tuple[pa.Table, pa.Table]:
+    """The deployments (with their GPUs and shared-cost policy) and their replicas."""
     replicas = session.execute(
-        select(Replica, Deployment.name).join(Deployment, Deployment.id == Replica.deployment_id)
-    ).all()
-    replica_gpus: dict[str, dict[str, int]] = {d.name: {} for d in deployments}
-    by_resource: dict[str, tuple[str, str]] = {}
-    for replica, name in replicas:
-        replica_gpus[name][replica.name] = replica.gpus
-        if replica.resource_id:
-            by_resource[replica.resource_id] = (name, replica.name)
-    policies = {
-        d.name: DeploymentPolicy(
-            d.name,
-            sum(replica_gpus[d.name].values()),
-            d.shared_cost_policy,
-            d.shared_cost_team,
-            replica_gpus[d.name],
+        select(Deployment.name, Replica.name, Replica.gpus, Replica.resource_id).join(
+            Deployment, Deployment.id == Replica.deployment_id
         )
-        for d in deployments
-    }
-    return Registry(policies, {d.tag_value: d.name for d in deployments}, by_resource)
+    ).all()
+    gpus: dict[str, int] = {}
+    for name, _, replica_gpus, _ in replicas:
+        gpus[name] = gpus.get(name, 0) + replica_gpus
+    deployments = session.execute(
+        select(
+            Deployment.name,
+            Deployment.tag_value,
+            Deployment.shared_cost_policy,
+            Deployment.shared_cost_team,
+        )
+    ).all()
+    return (
+        pa.table(
+            {
+                "deployment": pa.array([d[0] for d in deployments], pa.string()),
+                "tag_value": pa.array([d[1] for d in deployments], pa.string()),
+                "gpus_total": pa.array([gpus.get(d[0], 0) for d in deployments], pa.int64()),
+                "shared_policy": pa.array([str(d[2]) for d in deployments], pa.string()),
+                "shared_team": pa.array([d[3] for d in deployments], pa.string()),
+            }
+        ),
+        pa.table(
+            {
+                "deployment": pa.array([r[0] for r in replicas], pa.string()),
+                "replica": pa.array([r[1] for r in replicas], pa.string()),
+                "gpus": pa.array([r[2] for r in replicas], pa.int64()),
+                "resource_id": pa.array([r[3] or None for r in replicas], pa.string()),
+            }
+        ),
+    )
 
 
-def usage_between(
-    session: Session, deployments: list[str], start: datetime, end: datetime
-) -> UsageTable:
-    """Requests of these deployments overlapping ``[start, end)``."""
-    # Plain DateTime (not UTCDateTime) skips a Python call per value; to_ns reads the naive
-    # UTC values SQLite returns and the aware ones PostgreSQL returns alike.
-    plain = DateTime(timezone=True)
+def usage_between(session: Session, start_us: int, end_us: int) -> pa.Table:
+    """Requests overlapping ``[start_us, end_us)`` (epoch microseconds)."""
+    start, end = (pa.scalar(v, pa.timestamp("us", tz="UTC")).as_py() for v in (start_us, end_us))
     query = (
         select(
+            UsageRecord.id,
             UsageRecord.event_id,
             UsageRecord.session_id,
             UsageRecord.team,
             UsageRecord.deployment,
             UsageRecord.replica,
-            type_coerce(UsageRecord.arrived_at, plain),
-            type_coerce(UsageRecord.finished_at, plain),
+            type_coerce(UsageRecord.arrived_at, _PLAIN),
+            type_coerce(UsageRecord.finished_at, _PLAIN),
             UsageRecord.gpu_ns,
         )
-        .where(
-            UsageRecord.deployment.in_(deployments),
-            UsageRecord.finished_at >= start,
-            UsageRecord.arrived_at < end,
-        )
+        .where(UsageRecord.finished_at >= start, UsageRecord.arrived_at < end)
         .order_by(UsageRecord.id)
     )
     rows = session.execute(query).all()
-    columns: list[Sequence[Any]] = list(zip(*rows, strict=True)) if rows else [[] for _ in range(8)]
-    return UsageTable(
-        Usage(
-            deployment=list(columns[3]),
-            replica=list(columns[4]),
-            team=list(columns[2]),
-            arrived_ns=to_ns(columns[5]),
-            finished_ns=to_ns(columns[6]),
-            gpu_ns=np.asarray(columns[7], np.int64),
-        ),
-        event_id=list(columns[0]),
-        session_id=list(columns[1]),
+    columns: list[Sequence[Any]] = list(zip(*rows, strict=True)) if rows else [[] for _ in range(9)]
+    text = pa.string()
+    return pa.table(
+        {
+            "usage_ord": pa.array(columns[0], pa.int64()),
+            "event_id": pa.array(columns[1], text),
+            "session_id": pa.array(columns[2], text),
+            "team": pa.array(columns[3], text),
+            "deployment": pa.array(columns[4], text),
+            "replica": pa.array(columns[5], text),
+            "arrived_us": pa.array(to_us(columns[6])),
+            "finished_us": pa.array(to_us(columns[7])),
+            "gpu_ns": pa.array(columns[8], pa.int64()),
+        }
     )
-
-
-def to_ns(values: Sequence[datetime]) -> np.ndarray:
-    """Datetimes (aware, or naive UTC) as int64 nanoseconds since the epoch."""
-    stamps = pa.array(values, pa.timestamp("ns", tz="UTC"))
-    return np.asarray(stamps.cast(pa.int64()).to_numpy(zero_copy_only=False), np.int64)

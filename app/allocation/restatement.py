@@ -13,6 +13,7 @@ import pyarrow as pa
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from app.allocation.engine import PlanEngine
 from app.allocation.windowing import Window, compute_window
 from app.domain.ledger import AllocationMethod, EntryKind
 from app.domain.periods import Month
@@ -40,7 +41,7 @@ def billing_fingerprint(session: Session, month_start: object) -> str:
 
 
 def restatement_adjustments(
-    session: Session, *, run_id: int, month: str, tag_key: str
+    session: Session, *, run_id: int, month: str, tag_key: str, engine: PlanEngine | None = None
 ) -> tuple[pa.Table, list[str]]:
     """Adjusting entries for every closed month before ``month`` whose billing changed and
     whose first open month is ``month``."""
@@ -60,7 +61,7 @@ def restatement_adjustments(
         share_idle = session.scalar(
             select(AllocationRun.share_idle).where(AllocationRun.id == closure.run_id)
         )
-        target = _aggregate_computed(session, window, bool(share_idle), tag_key)
+        target = _aggregate_computed(session, window, bool(share_idle), tag_key, engine)
         booked = _booked_for(session, closure.month, exclude_month=month)
         diff = {
             key: (
@@ -96,25 +97,24 @@ def _has_adjustments(session: Session, month: str) -> bool:
 
 
 def _aggregate_computed(
-    session: Session, window: Window, share_idle: bool, tag_key: str
+    session: Session, window: Window, share_idle: bool, tag_key: str, engine: PlanEngine | None
 ) -> dict[Key, tuple[int, int]]:
-    computed = compute_window(session, window, share_idle=share_idle, tag_key=tag_key)
-    arrays = computed.arrays
-    totals: dict[Key, list[int]] = defaultdict(lambda: [0, 0])
-    for i in range(len(arrays["row_index"])):
-        row = computed.rows[int(arrays["row_index"][i])]
-        usage_index = int(arrays["usage_index"][i])
-        session_id = computed.usage.session_id[usage_index] if usage_index >= 0 else None
-        key = (
-            EntryKind(arrays["kind"][i]),
-            computed.matched[int(arrays["row_index"][i])][0],
-            arrays["team"][i],
-            session_id,
-            row.currency,
+    computed = compute_window(
+        session, window, share_idle=share_idle, tag_key=tag_key, engine=engine
+    )
+    keys = ["kind", "deployment", "team", "session_id", "currency"]
+    sums = computed.result.entries.group_by(keys, use_threads=False).aggregate(
+        [("effective_cost_micros", "sum"), ("billed_cost_micros", "sum")]
+    )
+    return {
+        (EntryKind(kind), deployment, team, session_id, currency): (int(eff), int(billed))
+        for kind, deployment, team, session_id, currency, eff, billed in zip(
+            *(sums[c].to_pylist() for c in keys),
+            sums["effective_cost_micros_sum"].to_pylist(),
+            sums["billed_cost_micros_sum"].to_pylist(),
+            strict=True,
         )
-        totals[key][0] += int(arrays["effective_micros"][i])
-        totals[key][1] += int(arrays["billed_micros"][i])
-    return {k: (v[0], v[1]) for k, v in totals.items()}
+    }
 
 
 def _booked_for(session: Session, month: str, *, exclude_month: str) -> dict[Key, tuple[int, int]]:
@@ -170,6 +170,7 @@ def _adjustment_table(
             "kind": pa.array([EntryKind.adjustment] * n, text),
             "method": pa.array([AllocationMethod.restating(k[0]) for k in keys], text),
             "billing_row_id": pa.nulls(n, pa.int64()),
+            "pool_id": pa.nulls(n, pa.int64()),
             "charge_period_start": pa.array([window.start if window else None] * n, stamp),
             "charge_period_end": pa.array([window.end if window else None] * n, stamp),
             "deployment": pa.array([k[1] for k in keys], text),
@@ -180,6 +181,8 @@ def _adjustment_table(
             "gpu_ns": pa.array([0] * n, pa.int64()),
             "effective_cost_micros": pa.array([diff[k][0] for k in keys], pa.int64()),
             "billed_cost_micros": pa.array([diff[k][1] for k in keys], pa.int64()),
+            "list_cost_micros": pa.nulls(n, pa.int64()),
+            "contracted_cost_micros": pa.nulls(n, pa.int64()),
             "currency": pa.array([k[4] for k in keys], text),
         }
     )

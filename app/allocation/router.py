@@ -6,6 +6,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query
 
 from app.allocation import service
+from app.allocation.engine import PlanEngine
 from app.allocation.query import AllocationQuery, CostMetric, IdlePolicy, query_allocation
 from app.allocation.schemas import (
     AllocationItem,
@@ -126,7 +127,11 @@ def create_run(
     else:  # the schema's validator already refuses this
         raise InvalidParameter("body", "give month, or start and end")
     summary = service.run_allocation(
-        session, window, share_idle=body.share_idle, tag_key=settings.billing_tag_key
+        session,
+        window,
+        share_idle=body.share_idle,
+        tag_key=settings.billing_tag_key,
+        engine=PlanEngine.of(settings),
     )
     return AllocationRunRead(
         run_id=summary.run_id,

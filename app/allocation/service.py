@@ -1,26 +1,21 @@
 """Allocation runs: join billing to usage, split every row, write the ledger atomically."""
 
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 from sqlalchemy import delete, insert, update
 from sqlalchemy.orm import Session
 
-from app.allocation.repository import RowRecord
+from app.allocation.engine import PlanEngine
 from app.allocation.restatement import restatement_adjustments
 from app.allocation.windowing import Computed, Window, compute_window
 from app.domain.errors import MonthClosed
 from app.domain.ledger import RunStatus
 from app.kit.bulk import bulk_insert
 from app.ledger.repository import current_run_id, current_window_run_id
-from app.models import AllocationRun, LedgerClosure, LedgerEntry
-
-ADHOC = "adhoc"
-"""booked_month of entries from ad-hoc (non-month) windows: never closable."""
+from app.models import AllocationRun, LedgerClosure, LedgerEntry, LedgerPoolRow
 
 
 @dataclass
@@ -43,6 +38,7 @@ def run_allocation(
     share_idle: bool,
     tag_key: str,
     now: datetime | None = None,
+    engine: PlanEngine | None = None,
 ) -> RunSummary:
     """Allocate a window and replace its previous run, in the caller's unit of work.
 
@@ -53,13 +49,15 @@ def run_allocation(
         MonthClosed: If the window is a closed month.
     """
     now = now or datetime.now(UTC)
-    booked = window.month or ADHOC
+    booked = window.booked_month
     if window.month and session.get(LedgerClosure, window.month):
         raise MonthClosed(
             f"{window.month} is closed; late billing for it is booked as "
             "adjustments when the next open month is allocated"
         )
-    computed = compute_window(session, window, share_idle=share_idle, tag_key=tag_key)
+    computed = compute_window(
+        session, window, share_idle=share_idle, tag_key=tag_key, engine=engine
+    )
     replaced = _replace_previous(session, window, now)
     run_id = session.execute(
         insert(AllocationRun)
@@ -79,15 +77,16 @@ def run_allocation(
     adjusted: list[str] = []
     if window.month:
         adjustments, adjusted = restatement_adjustments(
-            session, run_id=run_id, month=window.month, tag_key=tag_key
+            session, run_id=run_id, month=window.month, tag_key=tag_key, engine=engine
         )
-        table = pa.concat_tables([table, adjustments])
+        table = pa.concat_tables([table, adjustments], promote_options="permissive")
     bulk_insert(session.connection(), "ledger_entries", table)
+    bulk_insert(session.connection(), "ledger_pool_rows", pool_rows_table(run_id, computed))
     summary = RunSummary(
         run_id,
         window,
         share_idle,
-        len(computed.rows),
+        computed.rows,
         table.num_rows,
         replaced,
         adjusted_months=adjusted,
@@ -113,6 +112,7 @@ def _replace_previous(session: Session, window: Window, now: datetime) -> int | 
     if previous is None:
         return None
     session.execute(delete(LedgerEntry).where(LedgerEntry.run_id == previous))
+    session.execute(delete(LedgerPoolRow).where(LedgerPoolRow.run_id == previous))
     session.execute(
         update(AllocationRun)
         .where(AllocationRun.id == previous)
@@ -122,57 +122,46 @@ def _replace_previous(session: Session, window: Window, now: datetime) -> int | 
 
 
 def entries_table(run_id: int, booked: str, computed: Computed) -> pa.Table:
-    """The ledger_entries rows of a run, as an Arrow table ready for bulk insert.
-
-    Rows with ChargeClass=Correction name the month of their charge period in
-    ``corrects_month`` when it is not the booked month. Columns are gathered with Arrow
-    ``take`` so that millions of entries need no Python objects.
-    """
-    rows, matched, usage, arrays = (
-        computed.rows,
-        computed.matched,
-        computed.usage,
-        computed.arrays,
-    )
-    row_index, usage_index = arrays["row_index"], arrays["usage_index"]
-    n = len(row_index)
-    text, stamp = pa.string(), pa.timestamp("us", tz="UTC")
-    by_row = pa.array(row_index)
-    by_usage = pa.array(usage_index, mask=usage_index < 0)
-
-    def per_row(values: Sequence[object], kind: pa.DataType = text) -> pa.Array:
-        return pa.array(values, kind).take(by_row)
-
-    def per_usage(values: Sequence[object]) -> pa.Array:
-        return pa.array(values, text).take(by_usage)
-
-    replica = pc.coalesce(per_usage(usage.usage.replica), per_row([p for _, p in matched]))
+    """The ledger_entries rows of a run, as an Arrow table ready for bulk insert."""
+    entries = computed.result.entries
+    n = entries.num_rows
+    stamp = pa.timestamp("us", tz="UTC")
     return pa.table(
         {
             "run_id": pa.array(np.full(n, run_id, np.int64)),
-            "booked_month": pa.array(np.full(n, booked, object), text),
-            "corrects_month": per_row([_corrects(r, booked) for r in rows]),
-            "kind": pa.array(arrays["kind"].astype(object), text),
-            "method": pa.array(arrays["method"].astype(object), text),
-            "billing_row_id": per_row([r.id for r in rows], pa.int64()),
-            "charge_period_start": per_row([r.charge_period_start for r in rows], stamp),
-            "charge_period_end": per_row([r.charge_period_end for r in rows], stamp),
-            "deployment": per_row([d for d, _ in matched]),
-            "replica": replica,
-            "event_id": per_usage(usage.event_id),
-            "session_id": per_usage(usage.session_id),
-            "team": pa.array(arrays["team"], text),
-            "gpu_ns": pa.array(arrays["gpu_ns"].astype(np.int64)),
-            "effective_cost_micros": pa.array(arrays["effective_micros"].astype(np.int64)),
-            "billed_cost_micros": pa.array(arrays["billed_micros"].astype(np.int64)),
-            "currency": per_row([r.currency for r in rows]),
+            "booked_month": pa.array(np.full(n, booked, object), pa.string()),
+            "corrects_month": entries["corrects_month"],
+            "kind": entries["kind"],
+            "method": entries["method"],
+            "billing_row_id": entries["billing_row_id"],
+            "pool_id": entries["pool_id"],
+            "charge_period_start": entries["start_us"].cast(stamp),
+            "charge_period_end": entries["end_us"].cast(stamp),
+            "deployment": entries["deployment"],
+            "replica": entries["replica"],
+            "event_id": entries["event_id"],
+            "session_id": entries["session_id"],
+            "team": entries["team"],
+            "gpu_ns": entries["gpu_ns"],
+            "effective_cost_micros": entries["effective_cost_micros"],
+            "billed_cost_micros": entries["billed_cost_micros"],
+            "list_cost_micros": entries["list_cost_micros"],
+            "contracted_cost_micros": entries["contracted_cost_micros"],
+            "currency": entries["currency"],
         }
     )
 
 
-def _corrects(row: RowRecord, booked: str) -> str | None:
-    month = f"{row.charge_period_start:%Y-%m}"
-    return month if row.charge_class == "Correction" and month != booked else None
+def pool_rows_table(run_id: int, computed: Computed) -> pa.Table:
+    """The ledger_pool_rows of a run: the member rows of its pools of several rows."""
+    members = computed.result.pool_rows
+    return pa.table(
+        {
+            "run_id": pa.array(np.full(members.num_rows, run_id, np.int64)),
+            "pool_id": members["pool_id"],
+            "billing_row_id": members["billing_row_id"],
+        }
+    )
 
 
 def _totals(table: pa.Table) -> dict[str, dict[str, int]]:

@@ -24,6 +24,7 @@ import typer
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
+from app.allocation.engine import PlanEngine
 from app.allocation.service import run_allocation
 from app.allocation.windowing import Window
 from app.auth.service import create_key
@@ -119,6 +120,7 @@ def run_demo(
             Window.of_month(Month.of(started)),
             share_idle=False,
             tag_key=settings.billing_tag_key,
+            engine=PlanEngine.of(settings),
         )
     result.summary = _summary(engine, Month.of(started))
     return result

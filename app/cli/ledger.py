@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 from sqlalchemy.orm import Session
 
+from app.allocation.engine import PlanEngine
 from app.allocation.service import run_allocation
 from app.allocation.windowing import Window
 from app.cli._support import as_utc, open_engine, parse_month, user_errors
@@ -148,7 +149,11 @@ def allocate(
     settings = get_settings()
     with user_errors(), open_engine(settings) as engine, unit_of_work(engine) as session:
         summary = run_allocation(
-            session, window, share_idle=share_idle, tag_key=settings.billing_tag_key
+            session,
+            window,
+            share_idle=share_idle,
+            tag_key=settings.billing_tag_key,
+            engine=PlanEngine.of(settings),
         )
     totals = {
         c: {k: format_micros(v) for k, v in kinds.items()} for c, kinds in summary.totals.items()

@@ -57,7 +57,10 @@ class AllocationMethod(StrEnum):
     """How an entry's share was computed (``LedgerEntry.method``)."""
 
     gpu_seconds = "gpu_seconds"
+    gpu_seconds_two_level = "gpu_seconds:hour,team"
+    """By GPU-seconds in two levels: (charge hour, team) buckets, then their requests."""
     proportional = "proportional"
+    proportional_two_level = "proportional:hour,team"
     even = "even"
     team = "team"
     none = "none"

@@ -14,12 +14,12 @@ import numpy as np
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from app.allocation.repository import to_ns
 from app.domain.errors import Invalid
 from app.domain.ledger import TAG_PREFIX, CostLabel, Dimension, EntryKind
 from app.domain.money import format_micros
 from app.domain.periods import Month
 from app.domain.sessions import session_totals_arrays
+from app.kit.epoch import to_ns
 from app.ledger.repository import current_run_id
 from app.models import LedgerEntry, UsageRecord
 

@@ -21,7 +21,7 @@ from app.domain.money import micros_to_decimal
 from app.domain.periods import Month
 from app.ledger.costs import CostLine
 from app.ledger.repository import current_run_id
-from app.models import BillingRow, LedgerEntry
+from app.models import BillingRow, LedgerEntry, LedgerPoolRow
 
 MONEY = pa.decimal128(38, 6)
 FOCUS_OF_DB = {db: focus for focus, db in TYPED_COLUMNS.items()}
@@ -62,51 +62,81 @@ def focus_allocation_table(session: Session, month: Month, *, team: str | None =
     closed month (they have no source row) become ``Correction`` rows of their own.
     """
     run_id = current_run_id(session, str(month))
-    query = (
+    single = (
         select(LedgerEntry, BillingRow)
         .join(BillingRow, BillingRow.id == LedgerEntry.billing_row_id)
         .where(LedgerEntry.run_id == run_id)
         .order_by(LedgerEntry.billing_row_id, LedgerEntry.id)
     )
-    pairs = session.execute(query).all()
+    pooled = (
+        select(LedgerEntry, BillingRow)
+        .join(
+            LedgerPoolRow,
+            (LedgerPoolRow.run_id == LedgerEntry.run_id)
+            & (LedgerPoolRow.pool_id == LedgerEntry.pool_id),
+        )
+        .join(BillingRow, BillingRow.id == LedgerPoolRow.billing_row_id)
+        .where(LedgerEntry.run_id == run_id, LedgerEntry.billing_row_id.is_(None))
+        .order_by(BillingRow.id, LedgerEntry.id)
+    )
     adjustments = session.scalars(
         select(LedgerEntry)
-        .where(LedgerEntry.run_id == run_id, LedgerEntry.billing_row_id.is_(None))
+        .where(
+            LedgerEntry.run_id == run_id,
+            LedgerEntry.billing_row_id.is_(None),
+            LedgerEntry.pool_id.is_(None),
+        )
         .order_by(LedgerEntry.id)
     ).all()
-    by_row: dict[int, list[tuple[LedgerEntry, BillingRow]]] = {}
-    for entry, row in pairs:
-        by_row.setdefault(row.id, []).append((entry, row))
     records: list[dict[str, Any]] = []
-    for shares in by_row.values():
-        records += _focus_rows(shares, run_id or 0)
-    payer = _payer_columns(pairs[0][1]) if pairs else {}
+    payer: dict[str, Any] = {}
+    for query, of_pool in ((single, False), (pooled, True)):
+        by_row: dict[int, list[tuple[LedgerEntry, BillingRow]]] = {}
+        for entry, row in session.execute(query):
+            by_row.setdefault(row.id, []).append((entry, row))
+        for shares in by_row.values():
+            payer = payer or _payer_columns(shares[0][1])
+            records += _focus_rows(shares, run_id or 0, of_pool=of_pool)
     records += [_adjustment_row(entry, month, payer, run_id or 0) for entry in adjustments]
     if team is not None:
         records = [r for r in records if json.loads(r["AllocatedTags"] or "{}").get("team") == team]
     return _focus_arrow(records)
 
 
-def _focus_rows(shares: list[tuple[LedgerEntry, BillingRow]], run_id: int) -> list[dict[str, Any]]:
+def _focus_rows(
+    shares: list[tuple[LedgerEntry, BillingRow]], run_id: int, *, of_pool: bool
+) -> list[dict[str, Any]]:
+    """A source row's FOCUS rows, one per share of it.
+
+    A row split on its own has its entries as shares (List and Contracted cost split with
+    the same weights). A row of a pool of several rows is split across the pool's entries
+    in every basis by the entries' weights, so each source row's shares sum back to it.
+    """
     row = shares[0][1]
     weights = {i: entry.gpu_ns for i, (entry, _) in enumerate(shares)}
     if not any(weights.values()):
         weights = dict.fromkeys(weights, 1)
     split_list = split_by_weight(row.list_cost_micros or 0, weights)
     split_contracted = split_by_weight(row.contracted_cost_micros or 0, weights)
+    if of_pool:
+        split_billed = split_by_weight(row.billed_cost_micros or 0, weights)
+        split_effective = split_by_weight(row.effective_cost_micros or 0, weights)
+    else:
+        split_billed = {i: entry.billed_cost_micros for i, (entry, _) in enumerate(shares)}
+        split_effective = {i: entry.effective_cost_micros for i, (entry, _) in enumerate(shares)}
     base = _source_columns(row)
     out = []
     for i, (entry, _) in enumerate(shares):
         record = dict(base)
         record.update(
             {
-                "BilledCost": micros_to_decimal(entry.billed_cost_micros),
-                "EffectiveCost": micros_to_decimal(entry.effective_cost_micros),
+                "BilledCost": micros_to_decimal(split_billed.get(i, 0)),
+                "EffectiveCost": micros_to_decimal(split_effective.get(i, 0)),
                 "ListCost": micros_to_decimal(split_list.get(i, 0)),
                 "ContractedCost": micros_to_decimal(split_contracted.get(i, 0)),
                 "AllocatedMethodId": None
                 if entry.kind is EntryKind.unallocated
-                else f"specledger:{entry.method.replace('_', '-')}",
+                else f"specledger:{entry.method.replace('_', '-').replace(':', '/')}",
                 "AllocatedMethodDetails": None
                 if entry.kind is EntryKind.unallocated
                 else json.dumps(
@@ -114,6 +144,12 @@ def _focus_rows(shares: list[tuple[LedgerEntry, BillingRow]], run_id: int) -> li
                         "x_Kind": entry.kind,
                         "x_BasisGpuNanoseconds": entry.gpu_ns,
                         "x_AllocationRunId": run_id,
+                        "x_PoolId": entry.pool_id,
+                        **(
+                            {"x_Levels": ["charge hour x team", "request"]}
+                            if entry.method.endswith(":hour,team")
+                            else {}
+                        ),
                     }
                 ),
                 "AllocatedResourceId": entry.event_id

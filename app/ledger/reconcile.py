@@ -11,7 +11,7 @@ from app.domain.ledger import CostLabel, EntryKind
 from app.domain.money import format_micros
 from app.domain.periods import Month
 from app.ledger.repository import current_run_id
-from app.models import BillingDelivery, BillingRow, LedgerEntry
+from app.models import BillingDelivery, BillingRow, LedgerEntry, LedgerPoolRow
 
 KINDS = (EntryKind.request, EntryKind.shared, EntryKind.idle, EntryKind.unallocated)
 """What a month's own run books, in report order (adjustments are kept apart)."""
@@ -144,8 +144,10 @@ def reconcile(session: Session, month: Month) -> Reconciliation:
         .group_by(LedgerEntry.currency, LedgerEntry.corrects_month)
     ):
         result.adjustments[(currency, corrects or "")] = Line(int(eff), int(billed))
-    allocated_ids = select(LedgerEntry.billing_row_id).where(
-        LedgerEntry.run_id == run_id, LedgerEntry.billing_row_id.is_not(None)
+    allocated_ids = (
+        select(LedgerEntry.billing_row_id)
+        .where(LedgerEntry.run_id == run_id, LedgerEntry.billing_row_id.is_not(None))
+        .union(select(LedgerPoolRow.billing_row_id).where(LedgerPoolRow.run_id == run_id))
     )
     result.pending_rows = (
         session.scalar(

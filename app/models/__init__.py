@@ -3,7 +3,7 @@
 from app.models.api_key import ApiKey
 from app.models.billing import BillingDelivery, BillingRow
 from app.models.deployment import Deployment, Replica
-from app.models.ledger import AllocationRun, LedgerClosure, LedgerEntry
+from app.models.ledger import AllocationRun, LedgerClosure, LedgerEntry, LedgerPoolRow
 from app.models.sweep import Sweep, SweepPointRecord
 from app.models.usage import ReplicaIdle, UsageRecord
 
@@ -15,6 +15,7 @@ __all__ = [
     "Deployment",
     "LedgerClosure",
     "LedgerEntry",
+    "LedgerPoolRow",
     "Replica",
     "ReplicaIdle",
     "Sweep",

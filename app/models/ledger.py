@@ -51,6 +51,9 @@ class LedgerEntry(Base):
     method: Mapped[AllocationMethod] = mapped_column(StrEnumType(AllocationMethod, 32))
     """How the share was computed; an adjustment's names the kind it restates."""
     billing_row_id: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    """The billing row split; None for an adjustment or a pool of several rows."""
+    pool_id: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    """The pool of billing rows split together (its first row's id; see LedgerPoolRow)."""
     charge_period_start: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
     charge_period_end: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
     deployment: Mapped[str | None] = mapped_column(String(128), nullable=True)
@@ -64,7 +67,21 @@ class LedgerEntry(Base):
     """Share of the row's EffectiveCost (amortised) in micros of currency."""
     billed_cost_micros: Mapped[int] = mapped_column(BigInteger)
     """Share of the row's BilledCost (cash) in micros of currency."""
+    list_cost_micros: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    contracted_cost_micros: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     currency: Mapped[str] = mapped_column(String(8))
+
+
+class LedgerPoolRow(Base):
+    """A billing row of a pool of several rows that a run split together."""
+
+    __tablename__ = "ledger_pool_rows"
+    __table_args__ = (Index("ix_ledger_pool_rows_run_pool", "run_id", "pool_id"),)
+
+    id: Mapped[int] = mapped_column(BigIntId, primary_key=True, autoincrement=True)
+    run_id: Mapped[int] = mapped_column(BigInteger)
+    pool_id: Mapped[int] = mapped_column(BigInteger)
+    billing_row_id: Mapped[int] = mapped_column(BigInteger)
 
 
 class LedgerClosure(Base):

@@ -1,5 +1,6 @@
 """Allocation runs on both databases: exact per row and per month, replaceable when open."""
 
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
@@ -13,8 +14,11 @@ from app.cli.ledger import month_window
 from app.db import unit_of_work
 from app.deployments.service import add_deployment, add_replica
 from app.domain.ledger import AllocationMethod, EntryKind, RunStatus
+from app.domain.periods import Month
+from app.ledger.export import focus_allocation_table
+from app.ledger.reconcile import reconcile
 from app.ledger.repository import allocated_months, current_run_id
-from app.models import AllocationRun, BillingRow, LedgerEntry
+from app.models import AllocationRun, BillingRow, LedgerEntry, LedgerPoolRow
 from ingest.service import IngestOptions, ingest_billing
 from tests.factories import at, insert_usage, usage_record
 from tests.ingest.helpers import focus_row, write_focus_csv
@@ -133,11 +137,17 @@ def test_hour_without_requests_is_all_idle_and_share_idle_moves_cost(october: En
                 .group_by(LedgerEntry.charge_period_start)
             ).all()
         )
-        request_total = conn.scalar(
-            select(func.sum(LedgerEntry.effective_cost_micros)).where(LedgerEntry.kind == "request")
+        by_kind = dict(
+            conn.execute(
+                select(LedgerEntry.kind, func.sum(LedgerEntry.effective_cost_micros)).group_by(
+                    LedgerEntry.kind
+                )
+            ).all()
         )
     assert kinds == {at(2): 1}  # only the hour nobody used keeps an idle line
-    assert request_total == 2 * 5_672_000 + 4_500_000
+    # The used hours go whole to their requests; the networking row is shared by GPU-seconds.
+    assert by_kind[EntryKind.request] == 2 * 5_672_000
+    assert by_kind[EntryKind.shared] == 4_500_000
 
 
 def test_rerun_of_an_open_month_replaces_its_entries(october: Engine) -> None:
@@ -190,3 +200,52 @@ def test_kind_method_and_status_read_back_as_the_ledger_enums(october: Engine) -
         assert run.status is RunStatus.current
         with pytest.raises(StatementError, match="not a valid EntryKind"):
             session.scalar(select(func.count()).where(LedgerEntry.kind == "bogus"))
+
+
+def test_instance_rows_of_one_hour_are_pooled_and_still_traceable(
+    engine: Engine, tmp_path: Path
+) -> None:
+    """Eight tagged instance rows of one hour: one entry per request (not eight), the pool's
+    rows recorded once, the month balanced, and the FOCUS export naming every source row
+    with shares that sum back to it."""
+    rows = [
+        focus_row(hour=0, cost=f"{3 + i}.0{i}", ResourceId=f"i-{i}", ListCost="40.00")
+        for i in range(8)
+    ]
+    ingest_billing(engine, str(write_focus_csv(tmp_path / "oct.csv", rows)), IngestOptions())
+    with Session(engine) as session, session.begin():
+        add_deployment(session, name="d1")
+        add_replica(session, deployment="d1", name="r1", gpus=8)
+    insert_usage(
+        engine,
+        [usage_record(arrived=at(0, m), gpu_ns=10**12, team="search") for m in range(0, 60, 6)],
+    )
+    summary = _allocate(engine, month_window("2026-10"))
+
+    with Session(engine) as session:
+        entries = session.scalars(select(LedgerEntry)).all()
+        pool_rows = session.scalars(select(LedgerPoolRow)).all()
+        balance = reconcile(session, Month(2026, 10))
+        focus = focus_allocation_table(session, Month(2026, 10)).to_pylist()
+    requests = [e for e in entries if e.kind is EntryKind.request]
+    assert len(requests) == 10  # one per request, not one per request and instance
+    assert summary.entries == 11  # plus the pool's idle share
+    assert {e.pool_id for e in entries} == {min(r.billing_row_id for r in pool_rows)}
+    assert all(e.billing_row_id is None for e in entries)
+    assert len(pool_rows) == 8
+    assert sum(e.effective_cost_micros for e in entries) == sum(
+        (3 + i) * 1_000_000 + i * 10_000 for i in range(8)
+    )
+    assert balance.balanced
+    assert balance.pending_rows == 0
+    by_source: dict[int, list[dict[str, object]]] = {}
+    for record in focus:
+        by_source.setdefault(int(str(record["x_SourceBillingRowId"])), []).append(record)
+    assert len(by_source) == 8
+    with Session(engine) as session:
+        billed = dict(
+            session.execute(select(BillingRow.id, BillingRow.effective_cost_micros)).all()
+        )
+    for row_id, shares in by_source.items():
+        assert sum(Decimal(str(s["EffectiveCost"])) for s in shares) * 1_000_000 == billed[row_id]
+        assert sum(Decimal(str(s["ListCost"])) for s in shares) == Decimal("40.00")

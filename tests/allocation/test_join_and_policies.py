@@ -215,9 +215,10 @@ class TestTeamSharedPolicy:
         _allocate(registry, tmp_path, rows)
 
         entries = _entries(registry)
-        # d1 is proportional: its requests' GPU-seconds (720 : 1440), no idle for shared rows.
+        # d1 is proportional: its requests' GPU-seconds (720 : 1440), no idle for shared rows;
+        # the shares are booked as shared cost, not as the requests' own.
         assert entries["d1"] == [
-            ("request", "gpu_seconds", "d1", "r1", "search", 333_333, 333_333),
-            ("request", "gpu_seconds", "d1", "r2", "ads", 666_667, 666_667),
+            ("shared", "proportional", "d1", "r1", "search", 333_333, 333_333),
+            ("shared", "proportional", "d1", "r2", "ads", 666_667, 666_667),
         ]
         assert entries["d2"] == [("shared", "team", "d2", None, "platform", 1_000_000, 1_000_000)]
