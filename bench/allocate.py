@@ -75,9 +75,7 @@ def write_usage(folder: Path, requests: int, sessions: int, gpus: int, seed: int
         table = pa.table(
             {
                 "usage_ord": pa.array(ids, pa.int64()),
-                "event_id": pc.binary_join_element_wise(
-                    "e", pa.array(ids).cast(pa.string()), ""
-                ),
+                "event_id": pc.binary_join_element_wise("e", pa.array(ids).cast(pa.string()), ""),
                 "session_id": pc.binary_join_element_wise(
                     "s", pa.array(session).cast(pa.string()), ""
                 ),
@@ -87,7 +85,7 @@ def write_usage(folder: Path, requests: int, sessions: int, gpus: int, seed: int
                 "arrived_us": pa.array(arrived, pa.int64()),
                 "finished_us": pa.array(arrived + seconds, pa.int64()),
                 "gpu_ns": pa.array(
-                    (seconds * 1000 * rng.uniform(0.5, 4.0, n)).astype(np.int64), pa.int64()
+                    (seconds * 1000 * rng.uniform(0.2, 2.0, n)).astype(np.int64), pa.int64()
                 ),
             }
         )
@@ -319,7 +317,9 @@ def _child(kind: str, folder: Path, gpus: int, engine_name: str) -> dict[str, An
     )
     if done.returncode:
         raise SystemExit(f"{kind} ({engine_name}) failed:\n{done.stderr[-4000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    print(f"  {kind} on {engine_name}: {json.dumps(result)}", flush=True)
+    return result
 
 
 if __name__ == "__main__":

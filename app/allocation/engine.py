@@ -1,8 +1,11 @@
 """Where the allocation plan runs: embedded DuckDB (the default) or Apache Spark.
 
-Both run the same Ibis expression (app/allocation/plan.py); only the connection differs.
-DuckDB runs in this process with nothing to install; Spark needs Java 17 and starts a local
-JVM (``local[2]``) or joins the cluster named by ``SPECLEDGER_SPARK_MASTER``.
+Both run the same Ibis expression (app/allocation/plan.py). DuckDB gets it compiled once to
+SQL over fixed table names (compiling the plan costs more than running it on a small
+window) and runs in this process with nothing to install. Spark gets it through Ibis's
+PySpark backend, with the stages that several parts of the plan read cached (Spark would
+recompute them per reader); it needs Java 17 and starts a local JVM (``local[2]``) or joins
+the cluster named by ``SPECLEDGER_SPARK_MASTER``.
 """
 
 from collections.abc import Callable, Mapping
@@ -12,11 +15,11 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+import duckdb
 import ibis
 import ibis.expr.types as ir
 import pyarrow as pa
 import pyarrow.parquet as pq
-from ibis.backends import BaseBackend
 
 from app.allocation.plan import (
     BASES,
@@ -26,6 +29,9 @@ from app.allocation.plan import (
     allocate_plan,
 )
 from app.settings import Settings
+
+SMALL_INPUTS = ("rows", "deployments", "replicas")
+"""The inputs that are always small enough to hand over in memory (not the usage)."""
 
 
 class EngineName(StrEnum):
@@ -65,6 +71,35 @@ def rollup(entries: ir.Table) -> ir.Table:
     )
 
 
+def _view(name: str) -> str:
+    return f"specledger_{name}"
+
+
+@lru_cache(maxsize=4)
+def plan_sql(dialect: str, share_idle: bool) -> tuple[str, str]:
+    """The plan as SQL over the views ``specledger_<input>``: (entries, pool rows)."""
+    tables = {n: ibis.table(schema, name=_view(n)) for n, schema in INPUT_SCHEMAS.items()}
+    entries, pool_rows = allocate_plan(
+        tables["rows"],
+        tables["deployments"],
+        tables["replicas"],
+        tables["usage"],
+        share_idle=share_idle,
+    )
+    return (
+        str(ibis.to_sql(entries.select(*ENTRY_COLUMNS), dialect=dialect)),
+        str(ibis.to_sql(pool_rows.select(*POOL_MEMBER_COLUMNS), dialect=dialect)),
+    )
+
+
+@lru_cache(maxsize=2)
+def rollup_sql(dialect: str) -> str:
+    """:func:`rollup` as SQL over the view ``specledger_entries``."""
+    types = {"kind": "string", "deployment": "string", "team": "string", "currency": "string"}
+    schema = {c: types.get(c, "int64") for c in (*ROLLUP_KEYS, "gpu_ns", *(o for _, o in BASES))}
+    return str(ibis.to_sql(rollup(ibis.table(schema, name=_view("entries"))), dialect=dialect))
+
+
 @dataclass(frozen=True)
 class PlanEngine:
     """An engine to run allocation plans on."""
@@ -86,38 +121,16 @@ class PlanEngine:
             spark_partitions=settings.spark_partitions,
         )
 
-    def connect(self) -> BaseBackend:
-        if self.name is EngineName.spark:
-            session = spark_session(self.spark_master)
-            session.conf.set("spark.sql.shuffle.partitions", str(self.spark_partitions))
-            return ibis.pyspark.connect(session)
-        return ibis.duckdb.connect(**dict(self.duckdb_options))
-
     def allocate(self, inputs: Mapping[str, pa.Table], *, share_idle: bool) -> PlanResult:
         """Run the plan over in-memory inputs (Arrow tables shaped as plan.INPUT_SCHEMAS)."""
-        backend = self.connect()
-        tables = {
-            name: self._register(backend, name, conform(name, inputs[name]))
-            for name in INPUT_SCHEMAS
-        }
-        return self.run(backend, tables, share_idle=share_idle)
-
-    def run(
-        self, backend: BaseBackend, tables: Mapping[str, ir.Table], *, share_idle: bool
-    ) -> PlanResult:
-        """Run the plan over tables of ``backend`` (registered inputs, or files it reads)."""
-        entries, pool_rows = allocate_plan(
-            tables["rows"],
-            tables["deployments"],
-            tables["replicas"],
-            tables["usage"],
-            share_idle=share_idle,
-            stage=self._stage,
-        )
-        return PlanResult(
-            backend.to_pyarrow(entries.select(*ENTRY_COLUMNS)),
-            backend.to_pyarrow(pool_rows.select(*POOL_MEMBER_COLUMNS)),
-        )
+        conformed = {name: conform(name, inputs[name]) for name in INPUT_SCHEMAS}
+        if self.name is EngineName.spark:
+            return self._spark_allocate(conformed, share_idle=share_idle)
+        entries_sql, pools_sql = plan_sql("duckdb", share_idle)
+        with self._duckdb(conformed) as con:
+            return PlanResult(
+                con.sql(entries_sql).to_arrow_table(), con.sql(pools_sql).to_arrow_table()
+            )
 
     def allocate_dataset(
         self,
@@ -129,66 +142,104 @@ class PlanEngine:
     ) -> DatasetRun:
         """Allocate with the usage read from a Parquet dataset, the entries written to one.
 
-        The scale path: the engine reads the usage files itself (a glob, a hive-partitioned
+        The scale path: the engine reads the usage files itself (a glob over a partitioned
         folder) and streams the entries to ``out/entries``, then reads them back for the
         rollups (``out/rollups.parquet``), so no table of a month's requests passes through
         Python. ``inputs`` holds the small tables (rows, deployments, replicas).
         """
-        backend = self.connect()
-        tables = {
-            name: self._register(backend, name, conform(name, inputs[name]))
-            for name in ("rows", "deployments", "replicas")
-        }
-        usage = backend.read_parquet(usage_parquet)
-        tables["usage"] = usage.select(
-            *(usage[c].cast(t) for c, t in INPUT_SCHEMAS["usage"].items())
+        small = {name: conform(name, inputs[name]) for name in SMALL_INPUTS}
+        out.mkdir(parents=True, exist_ok=True)
+        if self.name is EngineName.spark:
+            return self._spark_dataset(small, usage_parquet, out, share_idle=share_idle)
+        entries_sql, pools_sql = plan_sql("duckdb", share_idle)
+        usage_columns = ", ".join(
+            f"CAST({c} AS {'BIGINT' if t == 'int64' else 'VARCHAR'}) AS {c}"
+            for c, t in INPUT_SCHEMAS["usage"].items()
         )
+        entries_file = out / "entries" / "part-0.parquet"
+        entries_file.parent.mkdir(parents=True, exist_ok=True)
+        with self._duckdb(small) as con:
+            con.execute(
+                f"CREATE VIEW {_view('usage')} AS SELECT {usage_columns} "
+                f"FROM read_parquet({_quote(usage_parquet)})"
+            )
+            con.execute(f"COPY ({entries_sql}) TO {_quote(str(entries_file))} (FORMAT parquet)")
+            pool_rows = con.sql(pools_sql).to_arrow_table()
+            con.execute(
+                f"CREATE VIEW {_view('entries')} AS "
+                f"SELECT * FROM read_parquet({_quote(str(entries_file))})"
+            )
+            rollups = con.sql(rollup_sql("duckdb")).to_arrow_table()
+            count = con.execute(f"SELECT count(*) FROM {_view('entries')}").fetchone()
+        pq.write_table(rollups, out / "rollups.parquet")
+        return DatasetRun(int(count[0]) if count else 0, pool_rows, rollups)
+
+    def _duckdb(self, tables: Mapping[str, pa.Table]) -> duckdb.DuckDBPyConnection:
+        con = duckdb.connect(config=dict(self.duckdb_options))
+        for name, table in tables.items():
+            con.register(_view(name), table)
+        return con
+
+    # Spark: the Ibis expression through the PySpark backend, shared stages cached.
+
+    def _spark(self) -> Any:
+        session = spark_session(self.spark_master)
+        session.conf.set("spark.sql.shuffle.partitions", str(self.spark_partitions))
+        return session
+
+    def _spark_plan(
+        self, session: Any, views: Mapping[str, Any], *, share_idle: bool
+    ) -> tuple[Any, ir.Table, ir.Table]:
+        backend = ibis.pyspark.connect(session)
+        for name, frame in views.items():
+            frame.createOrReplaceTempView(_view(name))
+        tables = {name: backend.table(_view(name)) for name in INPUT_SCHEMAS}
+        cache: Callable[[ir.Table], ir.Table] = lambda table: table.cache()  # noqa: E731
         entries, pool_rows = allocate_plan(
             tables["rows"],
             tables["deployments"],
             tables["replicas"],
             tables["usage"],
             share_idle=share_idle,
-            stage=self._stage,
+            stage=cache,
         )
-        out.mkdir(parents=True, exist_ok=True)
-        entries_path = out / "entries"
-        backend.to_parquet(entries.select(*ENTRY_COLUMNS), self._file(entries_path))
-        pools = backend.to_pyarrow(pool_rows.select(*POOL_MEMBER_COLUMNS))
-        written = backend.read_parquet(self._glob(entries_path))
+        return backend, entries.select(*ENTRY_COLUMNS), pool_rows.select(*POOL_MEMBER_COLUMNS)
+
+    def _spark_allocate(self, inputs: Mapping[str, pa.Table], *, share_idle: bool) -> PlanResult:
+        session = self._spark()
+        # Straight from Arrow: Ibis's memtables go through pandas, which turns a missing
+        # string into "NaN".
+        views = {name: session.createDataFrame(table) for name, table in inputs.items()}
+        backend, entries, pool_rows = self._spark_plan(session, views, share_idle=share_idle)
+        return PlanResult(backend.to_pyarrow(entries), backend.to_pyarrow(pool_rows))
+
+    def _spark_dataset(
+        self, small: Mapping[str, pa.Table], usage_parquet: str, out: Path, *, share_idle: bool
+    ) -> DatasetRun:
+        from pyspark.sql import functions as F
+
+        session = self._spark()
+        usage = session.read.parquet(usage_parquet).select(
+            *(
+                F.col(c).cast("bigint" if t == "int64" else "string").alias(c)
+                for c, t in INPUT_SCHEMAS["usage"].items()
+            )
+        )
+        views = {name: session.createDataFrame(table) for name, table in small.items()}
+        backend, entries, pool_rows = self._spark_plan(
+            session, {**views, "usage": usage}, share_idle=share_idle
+        )
+        entries_dir = out / "entries"
+        backend.to_parquet(entries, str(entries_dir))
+        written = backend.read_parquet(str(entries_dir))
         rollups = backend.to_pyarrow(rollup(written))
         pq.write_table(rollups, out / "rollups.parquet")
-        return DatasetRun(
-            entries=int(backend.to_pyarrow(written.count().as_table()).column(0)[0].as_py()),
-            pool_rows=pools,
-            rollups=rollups,
-        )
+        count = int(backend.to_pyarrow(written.count().as_table()).column(0)[0].as_py())
+        return DatasetRun(count, backend.to_pyarrow(pool_rows), rollups)
 
-    @property
-    def _stage(self) -> Callable[[ir.Table], ir.Table]:
-        if self.name is EngineName.spark:
-            return lambda table: table.cache()
-        return lambda table: table
 
-    def _file(self, folder: Path) -> str:
-        """Where to_parquet writes: DuckDB writes one file, Spark a folder of parts."""
-        if self.name is EngineName.spark:
-            return str(folder)
-        folder.mkdir(parents=True, exist_ok=True)
-        return str(folder / "part-0.parquet")
-
-    def _glob(self, folder: Path) -> str:
-        return str(folder / "*.parquet")
-
-    def _register(self, backend: BaseBackend, name: str, table: pa.Table) -> ir.Table:
-        if self.name is EngineName.spark:
-            # Straight from Arrow: Ibis's own path goes through pandas, which turns a
-            # missing string into "NaN".
-            session = spark_session(self.spark_master)
-            view = f"specledger_{name}"
-            session.createDataFrame(table).createOrReplaceTempView(view)
-            return backend.table(view)
-        return ibis.memtable(table)
+def _quote(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
 
 
 def conform(name: str, table: pa.Table) -> pa.Table:
