@@ -24,9 +24,10 @@ import pyarrow.parquet as pq
 from app.allocation.plan import (
     BASES,
     ENTRY_COLUMNS,
+    ENTRY_TEXT_COLUMNS,
     INPUT_SCHEMAS,
     POOL_MEMBER_COLUMNS,
-    allocate_plan,
+    allocate_tables,
 )
 from app.settings import Settings
 
@@ -79,17 +80,23 @@ def _view(name: str) -> str:
 def plan_sql(dialect: str, share_idle: bool) -> tuple[str, str]:
     """The plan as SQL over the views ``specledger_<input>``: (entries, pool rows)."""
     tables = {n: ibis.table(schema, name=_view(n)) for n, schema in INPUT_SCHEMAS.items()}
-    entries, pool_rows = allocate_plan(
-        tables["rows"],
-        tables["deployments"],
-        tables["replicas"],
-        tables["usage"],
-        share_idle=share_idle,
-    )
+    entries, pool_rows = allocate_tables(tables, share_idle=share_idle)
     return (
-        str(ibis.to_sql(entries.select(*ENTRY_COLUMNS), dialect=dialect)),
-        str(ibis.to_sql(pool_rows.select(*POOL_MEMBER_COLUMNS), dialect=dialect)),
+        _typed(str(ibis.to_sql(entries.select(*ENTRY_COLUMNS), dialect=dialect)), ENTRY_COLUMNS),
+        _typed(
+            str(ibis.to_sql(pool_rows.select(*POOL_MEMBER_COLUMNS), dialect=dialect)),
+            POOL_MEMBER_COLUMNS,
+        ),
     )
+
+
+def _typed(sql: str, columns: tuple[str, ...]) -> str:
+    """The query with its columns cast to their declared types. Ibis types a sum of int64 as
+    int64 and drops the cast to it, but DuckDB's sum is HUGEINT."""
+    casts = ", ".join(
+        f"CAST({c} AS {'VARCHAR' if c in ENTRY_TEXT_COLUMNS else 'BIGINT'}) AS {c}" for c in columns
+    )
+    return f"SELECT {casts} FROM ({sql}) AS plan"
 
 
 @lru_cache(maxsize=2)
@@ -97,7 +104,8 @@ def rollup_sql(dialect: str) -> str:
     """:func:`rollup` as SQL over the view ``specledger_entries``."""
     types = {"kind": "string", "deployment": "string", "team": "string", "currency": "string"}
     schema = {c: types.get(c, "int64") for c in (*ROLLUP_KEYS, "gpu_ns", *(o for _, o in BASES))}
-    return str(ibis.to_sql(rollup(ibis.table(schema, name=_view("entries"))), dialect=dialect))
+    sql = str(ibis.to_sql(rollup(ibis.table(schema, name=_view("entries"))), dialect=dialect))
+    return _typed(sql, (*ROLLUP_KEYS, "entries", "gpu_ns", *(o for _, o in BASES)))
 
 
 @dataclass(frozen=True)
@@ -195,14 +203,7 @@ class PlanEngine:
             frame.createOrReplaceTempView(_view(name))
         tables = {name: backend.table(_view(name)) for name in INPUT_SCHEMAS}
         cache: Callable[[ir.Table], ir.Table] = lambda table: table.cache()  # noqa: E731
-        entries, pool_rows = allocate_plan(
-            tables["rows"],
-            tables["deployments"],
-            tables["replicas"],
-            tables["usage"],
-            share_idle=share_idle,
-            stage=cache,
-        )
+        entries, pool_rows = allocate_tables(tables, share_idle=share_idle, stage=cache)
         return backend, entries.select(*ENTRY_COLUMNS), pool_rows.select(*POOL_MEMBER_COLUMNS)
 
     def _spark_allocate(self, inputs: Mapping[str, pa.Table], *, share_idle: bool) -> PlanResult:

@@ -27,7 +27,7 @@ Exact division: engines divide decimals through floating point, so ``a // b`` is
 billing row of 2**50 micros or more: over a billion in any currency).
 """
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import ibis
@@ -103,6 +103,20 @@ ENTRY_COLUMNS = (
     "corrects_month",
 )
 """Columns of the entries the plan returns (one per share), in this order."""
+ENTRY_TEXT_COLUMNS = frozenset(
+    {
+        "kind",
+        "method",
+        "deployment",
+        "replica",
+        "event_id",
+        "session_id",
+        "team",
+        "currency",
+        "corrects_month",
+    }
+)
+"""The entry columns that hold text; the others are int64."""
 
 BASES = (
     ("effective", "effective_cost_micros"),
@@ -113,6 +127,16 @@ BASES = (
 """(pool column, entry column) of each cost basis split."""
 
 POOL_MEMBER_COLUMNS = ("pool_id", "billing_row_id")
+_REQUEST_COLUMNS = (
+    "pool_id",
+    "usage_ord",
+    "event_id",
+    "session_id",
+    "team",
+    "replica",
+    "arrived_us",
+)
+"""What a (pool, request) pair carries besides its weight and hour."""
 NO_TEAM_KEY = "\x00"
 """Stands for a missing team in a join key (NULL never equals NULL)."""
 
@@ -288,15 +312,26 @@ def _pairs(pooled: ir.Table, usage: ir.Table) -> ir.Table:
         ibis.greatest(duration, 1).cast(DEC),
     )
     return j.select(
-        "pool_id",
-        "usage_ord",
-        "event_id",
-        "session_id",
-        "team",
-        "replica",
-        "arrived_us",
+        *_REQUEST_COLUMNS,
         weight=ibis.ifelse(whole, j.gpu_ns, pro_rata),
         hour=first_common,
+    )
+
+
+def allocate_tables(
+    tables: Mapping[str, ir.Table],
+    *,
+    share_idle: bool,
+    stage: Callable[[ir.Table], ir.Table] = lambda table: table,
+) -> tuple[ir.Table, ir.Table]:
+    """:func:`allocate_plan` over the inputs by name (plan.INPUT_SCHEMAS)."""
+    return allocate_plan(
+        tables["rows"],
+        tables["deployments"],
+        tables["replicas"],
+        tables["usage"],
+        share_idle=share_idle,
+        stage=stage,
     )
 
 
@@ -400,13 +435,7 @@ def _by_weight(pooled: ir.Table, pairs: ir.Table, *, share_idle: bool) -> list[i
     two_level = (p.end_us - p.start_us) > HOUR_US
 
     members = requests.select(
-        "pool_id",
-        "usage_ord",
-        "event_id",
-        "session_id",
-        "team",
-        "replica",
-        "arrived_us",
+        *_REQUEST_COLUMNS,
         "weight",
         "hour",
         is_idle=ibis.literal(False),
