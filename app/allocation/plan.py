@@ -355,7 +355,7 @@ def allocate_plan(
     pairs = stage(_pairs(pooled, usage))
     entries = [
         _unallocated(matched),
-        *_by_weight(pooled.filter(~pooled.by_team), pairs, share_idle=share_idle),
+        _by_weight(pooled.filter(~pooled.by_team), pairs, share_idle=share_idle),
         _by_team(pooled.filter(pooled.by_team), pairs),
     ]
     out = entries[0]
@@ -422,7 +422,7 @@ def _single_row(pool: ir.Table) -> ir.Value:
     return ibis.ifelse(pool.rows_in_pool == 1, pool.pool_id, ibis.null().cast("int64"))
 
 
-def _by_weight(pooled: ir.Table, pairs: ir.Table, *, share_idle: bool) -> list[ir.Table]:
+def _by_weight(pooled: ir.Table, pairs: ir.Table, *, share_idle: bool) -> ir.Table:
     """Pools split by GPU-ns across their requests plus idle: compute and proportional."""
     requests = pairs.filter(pairs.weight > 0).semi_join(pooled, "pool_id")
     used = requests.group_by("pool_id").aggregate(used=requests.weight.sum())
@@ -484,19 +484,17 @@ def _by_weight(pooled: ir.Table, pairs: ir.Table, *, share_idle: bool) -> list[i
             AllocationMethod.proportional.value,
         ),
     )
-    return [
-        _entry(
-            split,
-            kind=kind,
-            method=method,
-            billing_row_id=_single_row(split),
-            replica=split.replica,
-            team=split.team,
-            gpu_ns=split.weight,
-            event_id=split.event_id,
-            session_id=split.session_id,
-        )
-    ]
+    return _entry(
+        split,
+        kind=kind,
+        method=method,
+        billing_row_id=_single_row(split),
+        replica=split.replica,
+        team=split.team,
+        gpu_ns=split.weight,
+        event_id=split.event_id,
+        session_id=split.session_id,
+    )
 
 
 def _two_level_split(members: ir.Table) -> ir.Table:

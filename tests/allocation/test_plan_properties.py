@@ -23,7 +23,7 @@ def _records(table: pa.Table) -> list[dict[str, Any]]:
     return records
 
 
-def _pool_members(inputs: dict[str, pa.Table], result: PlanResult) -> dict[int, list[int]]:
+def _pool_members(result: PlanResult) -> dict[int, list[int]]:
     members: dict[int, list[int]] = defaultdict(list)
     for m in _records(result.pool_rows):
         members[m["pool_id"]].append(m["billing_row_id"])
@@ -42,7 +42,7 @@ def test_every_pool_sums_exactly_to_its_rows_and_every_row_is_in_one_pool(
         inputs = sample.inputs()
         result = DUCKDB.allocate(inputs, share_idle=share_idle)
         rows = {r["row_id"]: r for r in _records(inputs["rows"])}
-        members = _pool_members(inputs, result)
+        members = _pool_members(result)
         pooled = [row for rows_of in members.values() for row in rows_of]
         assert sorted(pooled) == sorted(rows)
         sums: dict[int, dict[str, int]] = defaultdict(lambda: defaultdict(int))
@@ -63,7 +63,7 @@ def test_each_share_is_the_rule_applied_to_the_oracle_weights(month: Month) -> N
     requests = {q["event_id"]: q for q in _records(inputs["usage"])}
     deployments = {d["deployment"]: d for d in _records(inputs["deployments"])}
     by_resource = {r["resource_id"]: r for r in _records(inputs["replicas"])}
-    members = _pool_members(inputs, result)
+    members = _pool_members(result)
     by_pool: dict[int, list[dict[str, Any]]] = defaultdict(list)
     for e in _records(result.entries):
         by_pool[e["pool_id"]].append(e)
