@@ -20,7 +20,10 @@ from sqlalchemy import (
     event,
 )
 from sqlalchemy.engine import make_url
+from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.orm import DeclarativeBase, Session
+from sqlalchemy.sql.compiler import SQLCompiler
+from sqlalchemy.sql.functions import FunctionElement
 from sqlalchemy.types import TypeDecorator
 
 E = TypeVar("E", bound=StrEnum)
@@ -63,6 +66,34 @@ class UTCDateTime(TypeDecorator[datetime]):
         if value is None:
             return None
         return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+class epoch_us(FunctionElement[int]):
+    """A :class:`UTCDateTime` column as integer microseconds since the epoch, in SQL, exactly
+    (for sums and windows over time done by the database)."""
+
+    type = BigInteger()
+    name = "epoch_us"
+    inherit_cache = True
+
+
+@compiles(epoch_us, "sqlite")
+def _epoch_us_sqlite(element: epoch_us, compiler: SQLCompiler, **kw: Any) -> str:
+    # SQLAlchemy stores SQLite datetimes as text, 'YYYY-MM-DD HH:MM:SS.ffffff' (UTC here).
+    # The seconds are read without the fraction: strftime('%s') rounds it to the nearest second.
+    value = compiler.process(element.clauses, **kw)
+    return (
+        f"(CAST(strftime('%s', substr({value}, 1, 19)) AS INTEGER) * 1000000"
+        f" + CAST(substr({value}, 21, 6) AS INTEGER))"
+    )
+
+
+@compiles(epoch_us, "postgresql")
+def _epoch_us_postgresql(element: epoch_us, compiler: SQLCompiler, **kw: Any) -> str:
+    # EXTRACT returns numeric (exact) since PostgreSQL 14.
+    return (
+        f"CAST(EXTRACT(EPOCH FROM {compiler.process(element.clauses, **kw)}) * 1000000 AS BIGINT)"
+    )
 
 
 class StrEnumType(TypeDecorator[E]):

@@ -8,6 +8,7 @@ recompute them per reader); it needs Java 17 and starts a local JVM (``local[2]`
 the cluster named by ``SPECLEDGER_SPARK_MASTER``.
 """
 
+import itertools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -202,8 +203,9 @@ class PlanEngine:
         for name, frame in views.items():
             frame.createOrReplaceTempView(_view(name))
         tables = {name: backend.table(_view(name)) for name in INPUT_SCHEMAS}
-        cache: Callable[[ir.Table], ir.Table] = lambda table: table.cache()  # noqa: E731
-        entries, pool_rows = allocate_tables(tables, share_idle=share_idle, stage=cache)
+        entries, pool_rows = allocate_tables(
+            tables, share_idle=share_idle, stage=_checkpointed(backend, session)
+        )
         return backend, entries.select(*ENTRY_COLUMNS), pool_rows.select(*POOL_MEMBER_COLUMNS)
 
     def _spark_allocate(self, inputs: Mapping[str, pa.Table], *, share_idle: bool) -> PlanResult:
@@ -237,6 +239,21 @@ class PlanEngine:
         pq.write_table(rollups, out / "rollups.parquet")
         count = int(backend.to_pyarrow(written.count().as_table()).column(0)[0].as_py())
         return DatasetRun(count, backend.to_pyarrow(pool_rows), rollups)
+
+
+def _checkpointed(backend: Any, session: Any) -> Callable[[ir.Table], ir.Table]:
+    """A plan stage for Spark: computed once and kept (a local checkpoint), then read as a
+    table of its own. Spark plans are trees: without a cut, every reader of a stage holds a
+    copy of the plan below it, and the plan (and its text, which Spark builds for each
+    adaptive re-plan) grows with each stage that reads another."""
+    names = itertools.count()
+
+    def stage(table: ir.Table) -> ir.Table:
+        name = _view(f"stage_{next(names)}")
+        session.sql(str(backend.compile(table))).localCheckpoint().createOrReplaceTempView(name)
+        return backend.table(name)
+
+    return stage
 
 
 def _quote(text: str) -> str:

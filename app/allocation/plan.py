@@ -157,33 +157,69 @@ def largest_remainder(
     order: list[str],
     weight: str,
     bases: list[tuple[str, str]],
+    stage: Callable[[ir.Table], ir.Table] = lambda table: table,
 ) -> ir.Table:
     """Split each group's amounts across its members by weight, exactly.
 
     Args:
         members: One row per member; the group's amount in each basis column is repeated on
             each of its members.
-        group: Columns naming the group.
+        group: Columns naming the group (never NULL).
         order: Columns breaking ties between equal remainders (ascending: earlier first);
             unique per group.
         weight: Non-negative integer weight column; a group's weights must not all be zero.
         bases: (amount column, output column) pairs, each split independently.
+        stage: Applied to the tables the split reads more than once (see
+            :func:`allocate_plan`).
 
     Returns:
         ``members`` with one output column per basis (int64 micros).
+
+    A group whose bases all hold the same amount (on-demand usage: list, contracted, billed
+    and effective cost alike) is ranked once and its shares copied: the ranking is the costly
+    step (a sort per group), and equal amounts rank alike.
     """
-    t = members.mutate(_wsum=members[weight].cast(DEC).sum().over(group_by=group))
+    members = stage(members)
+    amounts = [amount for amount, _ in bases]
+    uniform = ibis.and_(*(members[a] == members[amounts[0]] for a in amounts[1:]))
+    alike = _split(members.filter(uniform), group, order, weight, bases[:1], stage)
+    alike = alike.mutate(**{out: alike[bases[0][1]] for _, out in bases[1:]})
+    if len(bases) == 1:
+        return alike
+    mixed = _split(members.filter(~uniform), group, order, weight, bases, stage)
+    return alike.union(mixed.select(*alike.columns))
+
+
+def _split(
+    members: ir.Table,
+    group: list[str],
+    order: list[str],
+    weight: str,
+    bases: list[tuple[str, str]],
+    stage: Callable[[ir.Table], ir.Table],
+) -> ir.Table:
+    """:func:`largest_remainder` ranking every basis. Group sums are aggregates joined back,
+    not windows: a window re-partitions every column of the members, an aggregate only the
+    keys."""
+    totals = members.group_by(group).aggregate(_wsum=members[weight].cast(DEC).sum())
+    t = stage(members.join(totals, group))
     for amount, out in bases:
         magnitude = t[amount].abs().cast(DEC)
         base, remainder = exact_divmod(magnitude * t[weight].cast(DEC), t._wsum)
-        t = t.mutate(_base=base, _rem=remainder)
-        leftover = t[amount].abs() - t._base.sum().over(group_by=group)
+        t = t.mutate(**{f"_base_{out}": base, f"_rem_{out}": remainder})
+    spread = t.group_by(group).aggregate(
+        **{f"_spread_{out}": t[f"_base_{out}"].sum() for _, out in bases}
+    )
+    t = t.join(spread, group)
+    for amount, out in bases:
+        leftover = t[amount].abs() - t[f"_spread_{out}"]
         rank = ibis.row_number().over(
-            group_by=group, order_by=[ibis.desc(t._rem), *(t[c] for c in order)]
+            group_by=group, order_by=[ibis.desc(t[f"_rem_{out}"]), *(t[c] for c in order)]
         )
-        share = t._base + (rank < leftover).cast("int64")
-        t = t.mutate(**{out: ibis.ifelse(t[amount] < 0, -share, share)}).drop("_base", "_rem")
-    return t.drop("_wsum")
+        share = t[f"_base_{out}"] + (rank < leftover).cast("int64")
+        t = t.mutate(**{out: ibis.ifelse(t[amount] < 0, -share, share)})
+    scratch = [c for c in t.columns if c.startswith(("_base_", "_rem_", "_spread_"))]
+    return t.drop("_wsum", *scratch)
 
 
 def _with_hours(table: ir.Table, start: str, end: str, name: str) -> ir.Table:
@@ -355,8 +391,8 @@ def allocate_plan(
     pairs = stage(_pairs(pooled, usage))
     entries = [
         _unallocated(matched),
-        _by_weight(pooled.filter(~pooled.by_team), pairs, share_idle=share_idle),
-        _by_team(pooled.filter(pooled.by_team), pairs),
+        _by_weight(pooled.filter(~pooled.by_team), pairs, share_idle=share_idle, stage=stage),
+        _by_team(pooled.filter(pooled.by_team), pairs, stage=stage),
     ]
     out = entries[0]
     for more in entries[1:]:
@@ -422,7 +458,13 @@ def _single_row(pool: ir.Table) -> ir.Value:
     return ibis.ifelse(pool.rows_in_pool == 1, pool.pool_id, ibis.null().cast("int64"))
 
 
-def _by_weight(pooled: ir.Table, pairs: ir.Table, *, share_idle: bool) -> ir.Table:
+def _by_weight(
+    pooled: ir.Table,
+    pairs: ir.Table,
+    *,
+    share_idle: bool,
+    stage: Callable[[ir.Table], ir.Table],
+) -> ir.Table:
     """Pools split by GPU-ns across their requests plus idle: compute and proportional."""
     requests = pairs.filter(pairs.weight > 0).semi_join(pooled, "pool_id")
     used = requests.group_by("pool_id").aggregate(used=requests.weight.sum())
@@ -453,7 +495,10 @@ def _by_weight(pooled: ir.Table, pairs: ir.Table, *, share_idle: bool) -> ir.Tab
         is_idle=ibis.literal(True),
     )
     everyone = members.union(idle_members)
-    pool_side = p.select(
+    # The split reads the amounts only; the pool's other columns join its result, so the
+    # rows that the split sorts stay narrow.
+    amounts = p.select("pool_id", *[amount for amount, _ in BASES], two_level=two_level)
+    described = p.select(
         "pool_id",
         "start_us",
         "end_us",
@@ -462,10 +507,8 @@ def _by_weight(pooled: ir.Table, pairs: ir.Table, *, share_idle: bool) -> ir.Tab
         "corrects_month",
         "is_compute",
         "rows_in_pool",
-        *[amount for amount, _ in BASES],
-        two_level=two_level,
     )
-    split = _two_level_split(everyone.join(pool_side, "pool_id"))
+    split = _two_level_split(everyone.join(amounts, "pool_id"), stage).join(described, "pool_id")
     kind = ibis.ifelse(
         split.is_idle,
         EntryKind.idle.value,
@@ -497,9 +540,10 @@ def _by_weight(pooled: ir.Table, pairs: ir.Table, *, share_idle: bool) -> ir.Tab
     )
 
 
-def _two_level_split(members: ir.Table) -> ir.Table:
+def _two_level_split(members: ir.Table, stage: Callable[[ir.Table], ir.Table]) -> ir.Table:
     """Largest remainder per pool; for a pool longer than an hour, per (hour, team) bucket
     first and then within each bucket (idle is a bucket of its own)."""
+    members = stage(members)
     order = ["is_idle", "arrived_us", "usage_ord"]
     flat = largest_remainder(
         members.filter(~members.two_level),
@@ -507,6 +551,7 @@ def _two_level_split(members: ir.Table) -> ir.Table:
         order=order,
         weight="weight",
         bases=[(amount, out) for amount, out in BASES],
+        stage=stage,
     )
     deep = members.filter(members.two_level)
     bucket_key = ["pool_id", "hour", "is_idle", "team"]
@@ -519,6 +564,7 @@ def _two_level_split(members: ir.Table) -> ir.Table:
         order=["hour", "is_idle", "team"],
         weight="bucket_weight",
         bases=[(amount, f"bucket_{amount}") for amount, _ in BASES],
+        stage=stage,
     ).select(*bucket_key, *[f"bucket_{amount}" for amount, _ in BASES])
     # Null-safe join on team: a bucket of requests that name no team.
     deep = deep.mutate(team_key=ibis.coalesce(deep.team, NO_TEAM_KEY))
@@ -530,12 +576,15 @@ def _two_level_split(members: ir.Table) -> ir.Table:
         order=["arrived_us", "usage_ord"],
         weight="weight",
         bases=[(f"bucket_{amount}", out) for amount, out in BASES],
+        stage=stage,
     )
     columns = flat.columns
     return flat.union(inner.select(*columns))
 
 
-def _by_team(pooled: ir.Table, pairs: ir.Table) -> ir.Table:
+def _by_team(
+    pooled: ir.Table, pairs: ir.Table, *, stage: Callable[[ir.Table], ir.Table]
+) -> ir.Table:
     """Shared pools of even- or team-policy deployments: one entry per team (or one idle)."""
     active = pairs.filter(pairs.team.notnull()).select("pool_id", "team").distinct()
     named = pooled.filter(
@@ -553,6 +602,7 @@ def _by_team(pooled: ir.Table, pairs: ir.Table) -> ir.Table:
         order=["team"],
         weight="weight",
         bases=[(amount, out) for amount, out in BASES],
+        stage=stage,
     )
     return _entry(
         split,

@@ -7,19 +7,16 @@ included so that the lines add up to the bill.
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
-import numpy as np
-from sqlalchemy import func, select
+from sqlalchemy import ColumnElement, Select, case, func, select
 from sqlalchemy.orm import Session
 
+from app.db import epoch_us
 from app.domain.errors import Invalid
 from app.domain.ledger import TAG_PREFIX, CostLabel, Dimension, EntryKind
 from app.domain.money import format_micros
 from app.domain.periods import Month
-from app.domain.sessions import session_totals_arrays
-from app.kit.epoch import to_ns
 from app.ledger.repository import current_run_id
 from app.models import LedgerEntry, UsageRecord
 
@@ -83,19 +80,21 @@ def unit_costs(
     team: str | None = None,
 ) -> list[CostLine]:
     """Cost lines of a month grouped by ``by`` (dimensions or ``tag:KEY``); ``team`` filters to
-    one team. Requests count in the month they arrived in."""
+    one team. Requests count in the month they arrived in.
+
+    The database does the grouping (one query for the requests' lines, one for the other
+    entries): what comes back is one row per line, never one per request or entry."""
     for dimension in by:
         if dimension not in tuple(Dimension) and not dimension.startswith(TAG_PREFIX):
             raise Invalid(
                 f"cannot group by {dimension!r}; use one of {', '.join(Dimension)} or tag:KEY"
             )
     run_id = current_run_id(session, str(month))
-    usage = _usage(session, month.start, month.end, team)
-    cost_by_event = _cost_by_event(session, run_id)
-    other = _other_entries(session, run_id, team)
     lines: dict[tuple[str, ...], CostLine] = {}
-    _add_usage(lines, usage, cost_by_event, by)
-    for kind, deployment, entry_team, eff, billed in other:
+    for row in session.execute(_request_lines(run_id, month, by, team)).mappings():
+        key = tuple(str(row[f"key_{i}"]) for i in range(len(by)))
+        lines[key] = CostLine(key, **{name: int(row[name] or 0) for name in _LINE_SUMS})
+    for kind, deployment, entry_team, eff, billed in _other_entries(session, run_id, team):
         key = tuple(_other_key(dimension, kind, deployment, entry_team) for dimension in by)
         line = lines.setdefault(key, CostLine(key))
         line.effective_micros += eff
@@ -115,30 +114,6 @@ def _other_key(dimension: str, kind: EntryKind, deployment: str | None, team: st
     if dimension == Dimension.deployment:
         return deployment or CostLabel.shared
     return CostLabel.shared
-
-
-def _usage(session: Session, start: datetime, end: datetime, team: str | None) -> list[Any]:
-    query = select(UsageRecord).where(UsageRecord.arrived_at >= start, UsageRecord.arrived_at < end)
-    if team is not None:
-        query = query.where(UsageRecord.team == team)
-    return list(session.scalars(query.order_by(UsageRecord.id)))
-
-
-def _cost_by_event(session: Session, run_id: int | None) -> dict[str, tuple[int, int]]:
-    if run_id is None:
-        return {}
-    return {
-        str(event): (int(eff), int(billed))
-        for event, eff, billed in session.execute(
-            select(
-                LedgerEntry.event_id,
-                func.sum(LedgerEntry.effective_cost_micros),
-                func.sum(LedgerEntry.billed_cost_micros),
-            )
-            .where(LedgerEntry.run_id == run_id, LedgerEntry.event_id.is_not(None))
-            .group_by(LedgerEntry.event_id)
-        )
-    }
 
 
 def _other_entries(
@@ -167,52 +142,83 @@ def _other_entries(
     return [(k, d, t, int(e), int(b)) for k, d, t, e, b in session.execute(query)]
 
 
-def _key_of(record: UsageRecord, dimension: str) -> str:
+def _key_column(dimension: str) -> ColumnElement[Any]:
+    """The value a request has on a dimension, with the label of a missing one."""
     if dimension.startswith(TAG_PREFIX):
-        value = (record.tags or {}).get(dimension.removeprefix(TAG_PREFIX))
-        return CostLabel.untagged if value is None else str(value)
-    value = {
-        Dimension.team: record.team,
-        Dimension.session: record.session_id,
-        Dimension.deployment: record.deployment,
-        Dimension.model: record.model,
-        Dimension.method: record.spec_method,
-        Dimension.cost_center: record.cost_center,
+        tag = UsageRecord.tags[dimension.removeprefix(TAG_PREFIX)].as_string()
+        return func.coalesce(tag, CostLabel.untagged.value)
+    column = {
+        Dimension.team: UsageRecord.team,
+        Dimension.session: UsageRecord.session_id,
+        Dimension.deployment: UsageRecord.deployment,
+        Dimension.model: UsageRecord.model,
+        Dimension.method: UsageRecord.spec_method,
+        Dimension.cost_center: UsageRecord.cost_center,
     }[Dimension(dimension)]
-    return CostLabel.none if value is None else str(value)
+    return func.coalesce(column, CostLabel.none.value)
 
 
-def _add_usage(
-    lines: dict[tuple[str, ...], CostLine],
-    usage: list[UsageRecord],
-    cost_by_event: dict[str, tuple[int, int]],
-    by: Sequence[str],
-) -> None:
-    if not usage:
-        return
-    keys = [tuple(_key_of(r, d) for d in by) for r in usage]
-    sessions = [r.session_id for r in usage]
-    arrived = to_ns([r.arrived_at for r in usage])
-    finished = to_ns([r.finished_at for r in usage])
-    # Session-seconds: the union of each session's request intervals, within each line.
-    pair_ids: dict[tuple[tuple[str, ...], str], int] = {}
-    pair_index = np.array(
-        [pair_ids.setdefault((k, s), len(pair_ids)) for k, s in zip(keys, sessions, strict=True)],
-        np.int64,
+def _request_lines(
+    run_id: int | None, month: Month, by: Sequence[str], team: str | None
+) -> Select[Any]:
+    """One row per line of the month's requests: its key (``key_<i>``) and the CostLine
+    fields of :data:`_LINE_SUMS`.
+
+    Session-seconds are the union of each session's request intervals within the line: over
+    a (line, session)'s requests ordered by arrival, each adds the part of its interval past
+    the latest finish before it."""
+    cost = (
+        select(
+            LedgerEntry.event_id,
+            func.sum(LedgerEntry.effective_cost_micros).label("effective"),
+            func.sum(LedgerEntry.billed_cost_micros).label("billed"),
+        )
+        .where(LedgerEntry.run_id == (run_id or 0), LedgerEntry.event_id.is_not(None))
+        .group_by(LedgerEntry.event_id)
+        .subquery()
     )
-    union_ns = session_totals_arrays(pair_index, arrived, finished, n_sessions=len(pair_ids))
-    for (key, _), index in pair_ids.items():
-        lines.setdefault(key, CostLine(key)).session_ns += int(union_ns[index])
-    for key, record in zip(keys, usage, strict=True):
-        line = lines.setdefault(key, CostLine(key))
-        eff, billed = cost_by_event.get(record.event_id, (0, 0))
-        line.requests += 1
-        line.effective_micros += eff
-        line.billed_micros += billed
-        line.gpu_ns += record.gpu_ns
-        line.prompt_tokens += record.prompt_tokens
-        line.cached_tokens += record.cached_tokens
-        line.completion_tokens += record.completion_tokens
-        line.num_drafts += record.num_drafts
-        line.draft_tokens += record.draft_tokens
-        line.accepted_tokens += record.accepted_tokens
+    usage = (
+        select(
+            *(_key_column(d).label(f"key_{i}") for i, d in enumerate(by)),
+            UsageRecord.session_id.label("session"),
+            epoch_us(UsageRecord.arrived_at).label("arrived"),
+            epoch_us(UsageRecord.finished_at).label("finished"),
+            func.coalesce(cost.c.effective, 0).label("effective"),
+            func.coalesce(cost.c.billed, 0).label("billed"),
+            *(getattr(UsageRecord, name) for name in _USAGE_SUMS),
+        )
+        .outerjoin(cost, cost.c.event_id == UsageRecord.event_id)
+        .where(UsageRecord.arrived_at >= month.start, UsageRecord.arrived_at < month.end)
+    )
+    if team is not None:
+        usage = usage.where(UsageRecord.team == team)
+    u = usage.subquery()
+    keys = [u.c[f"key_{i}"] for i in range(len(by))]
+    reach = func.max(u.c.finished).over(
+        partition_by=[*keys, u.c.session], order_by=[u.c.arrived, u.c.finished], rows=(None, -1)
+    )
+    w = select(u, reach.label("reach")).subquery()
+    start = case((w.c.reach > w.c.arrived, w.c.reach), else_=w.c.arrived)
+    covered = case((w.c.finished > start, w.c.finished - start), else_=0)
+    wkeys = [w.c[f"key_{i}"] for i in range(len(by))]
+    return select(
+        *wkeys,
+        func.count().label("requests"),
+        func.sum(w.c.effective).label("effective_micros"),
+        func.sum(w.c.billed).label("billed_micros"),
+        (func.sum(covered) * 1000).label("session_ns"),
+        *(func.sum(w.c[name]).label(name) for name in _USAGE_SUMS),
+    ).group_by(*wkeys)
+
+
+_USAGE_SUMS = (
+    "gpu_ns",
+    "prompt_tokens",
+    "cached_tokens",
+    "completion_tokens",
+    "num_drafts",
+    "draft_tokens",
+    "accepted_tokens",
+)
+"""Usage columns summed per line, as named on UsageRecord and CostLine."""
+_LINE_SUMS = ("requests", "effective_micros", "billed_micros", "session_ns", *_USAGE_SUMS)

@@ -148,7 +148,8 @@ def _shot(page: Page, name: str, engine: Engine, folder: Path) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     suffix = "" if engine.dialect.name == "sqlite" else f"-{engine.dialect.name}"
     path = folder / f"{name}{suffix}.png"
-    page.screenshot(path=str(path), full_page=True)
+    # A loaded two-core machine has taken over 30 s (the default) for a full-page shot.
+    page.screenshot(path=str(path), full_page=True, timeout=120_000)
     return path
 
 
