@@ -294,20 +294,21 @@ def export_chargeback(
     its costs and unit costs, plus idle and unallocated lines, so the totals equal the
     reconciliation. --format focus writes every allocated share as a FOCUS 1.3 row."""
     from app.ledger.costs import unit_costs
-    from app.ledger.export import chargeback_table, focus_allocation_table, write_table
+    from app.ledger.export import chargeback_table, write_focus_allocation, write_table
 
     if fmt not in ("csv", "parquet", "focus"):
         raise typer.BadParameter("--format must be csv, parquet or focus")
     with user_errors(), open_engine(get_settings()) as engine, Session(engine) as session:
         if fmt == "focus":
-            table = focus_allocation_table(session, month, team=team)
-            write_table(table, out_path, "csv" if out_path.name.endswith(".csv") else "parquet")
+            file_format = "csv" if out_path.name.endswith(".csv") else "parquet"
+            written = write_focus_allocation(session, month, out_path, file_format, team=team)
         else:
             by = [Dimension.cost_center if by_cost_center else Dimension.team, Dimension.deployment]
             lines = unit_costs(session, month=month, by=by, team=team)
             table = chargeback_table(lines, by, month)
             write_table(table, out_path, fmt)
-    typer.echo(f"wrote {table.num_rows} rows to {out_path}")
+            written = table.num_rows
+    typer.echo(f"wrote {written} rows to {out_path}")
 
 
 def register(app: typer.Typer) -> None:

@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 from app.domain.ledger import Dimension
 from app.domain.periods import Month
 from app.ledger.costs import unit_costs
-from app.ledger.export import chargeback_table, focus_allocation_table
+from app.ledger.export import chargeback_table, write_focus_allocation
 
 
 class ChargebackFormat(StrEnum):
@@ -39,19 +39,21 @@ def chargeback_file(
     by_cost_center: bool = False,
 ) -> Download:
     """The month's chargeback in ``fmt``; ``team`` keeps only that team's lines."""
+    stem = "focus-allocation" if fmt.startswith("focus") else "chargeback"
+    stem += f"-{month}" + ("" if team is None else "-" + re.sub(r"[^A-Za-z0-9_.-]", "_", team)[:64])
+    as_csv = fmt in (ChargebackFormat.csv, ChargebackFormat.focus_csv)
     if fmt in (ChargebackFormat.focus_csv, ChargebackFormat.focus_parquet):
-        table = focus_allocation_table(session, month, team=team)
-        stem = f"focus-allocation-{month}"
+        sink = pa.BufferOutputStream()
+        write_focus_allocation(session, month, sink, "csv" if as_csv else "parquet", team=team)
+        content = bytes(sink.getvalue().to_pybytes())
     else:
         by = [Dimension.cost_center if by_cost_center else Dimension.team, Dimension.deployment]
         lines = unit_costs(session, month=month, by=by, team=team)
         table = chargeback_table(lines, by, month)
-        stem = f"chargeback-{month}"
-    if team is not None:
-        stem += "-" + re.sub(r"[^A-Za-z0-9_.-]", "_", team)[:64]
-    if fmt in (ChargebackFormat.csv, ChargebackFormat.focus_csv):
-        return Download(_csv_bytes(table), f"{stem}.csv", "text/csv")
-    return Download(_parquet_bytes(table), f"{stem}.parquet", "application/vnd.apache.parquet")
+        content = _csv_bytes(table) if as_csv else _parquet_bytes(table)
+    if as_csv:
+        return Download(content, f"{stem}.csv", "text/csv")
+    return Download(content, f"{stem}.parquet", "application/vnd.apache.parquet")
 
 
 def _csv_bytes(table: pa.Table) -> bytes:

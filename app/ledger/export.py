@@ -2,7 +2,7 @@
 dataset in which every allocated share is a row carrying its source row's columns."""
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import datetime
 from decimal import Decimal
 from pathlib import Path
@@ -11,7 +11,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
-from sqlalchemy import select
+from sqlalchemy import Select, func, select
 from sqlalchemy.orm import Session
 
 from app.domain.allocation import split_by_weight
@@ -53,114 +53,252 @@ def write_table(table: pa.Table, out: Path, fmt: str) -> None:
         pacsv.write_csv(table, out)
 
 
-def focus_allocation_table(session: Session, month: Month, *, team: str | None = None) -> pa.Table:
-    """FOCUS 1.3 rows, one per ledger entry of the month's run.
+FOCUS_BATCH_ROWS = 50_000
+"""FOCUS rows per batch: what the export holds in memory at once (plus one pool's shares)."""
 
-    Each row keeps its source row's FOCUS and ``x_`` columns; BilledCost and EffectiveCost
-    are the entry's shares; ListCost and ContractedCost are split with the same weights by
-    largest remainder, so each source row's shares sum back to it exactly. Adjustments for a
-    closed month (they have no source row) become ``Correction`` rows of their own.
+
+def focus_allocation_table(session: Session, month: Month, *, team: str | None = None) -> pa.Table:
+    """The whole FOCUS 1.3 allocation of a month as one table (see :func:`focus_batches`);
+    for tests and small months, the files stream (:func:`write_focus_allocation`)."""
+    schema, batches = focus_batches(session, month, team=team)
+    return pa.Table.from_batches(list(batches), schema=schema)
+
+
+def write_focus_allocation(
+    session: Session, month: Month, out: Path | pa.NativeFile, fmt: str, *, team: str | None
+) -> int:
+    """Stream the month's FOCUS 1.3 allocation to ``out`` as CSV or Parquet; the rows written.
+
+    Memory stays at one batch whatever the size of the month."""
+    schema, batches = focus_batches(session, month, team=team)
+    sink = str(out) if isinstance(out, Path) else out
+    written = 0
+    with (
+        pq.ParquetWriter(sink, schema)
+        if fmt == "parquet"
+        else pacsv.CSVWriter(sink, schema) as writer
+    ):
+        for batch in batches:
+            writer.write_batch(batch)
+            written += batch.num_rows
+    return written
+
+
+def focus_batches(
+    session: Session, month: Month, *, team: str | None = None
+) -> tuple[pa.Schema, Iterator[pa.RecordBatch]]:
+    """FOCUS 1.3 rows, one per share of a source billing row in the month's run, in batches.
+
+    Each row keeps its source row's FOCUS and ``x_`` columns and carries its share of
+    BilledCost, EffectiveCost, ListCost and ContractedCost. A row split on its own has its
+    entries' shares, as the plan computed them in every basis. A row of a pool of several
+    rows is split across the pool's entries by their weights (largest remainder), so each
+    source row's shares sum back to it exactly. Adjustments for a closed month (they have no
+    source row) become ``Correction`` rows of their own. ``team`` keeps one team's shares.
+
+    The schema comes first, from the source rows (thousands, not millions); the entries are
+    read in batches, never all at once.
     """
-    run_id = current_run_id(session, str(month))
-    single = (
-        select(LedgerEntry, BillingRow)
-        .join(BillingRow, BillingRow.id == LedgerEntry.billing_row_id)
-        .where(LedgerEntry.run_id == run_id)
-        .order_by(LedgerEntry.billing_row_id, LedgerEntry.id)
+    run_id = current_run_id(session, str(month)) or 0
+    of_run = [LedgerEntry.run_id == run_id, *([LedgerEntry.team == team] if team else [])]
+    single_ids = select(LedgerEntry.billing_row_id).where(
+        LedgerEntry.run_id == run_id, LedgerEntry.billing_row_id.is_not(None)
     )
-    pooled = (
-        select(LedgerEntry, BillingRow)
-        .join(
-            LedgerPoolRow,
-            (LedgerPoolRow.run_id == LedgerEntry.run_id)
-            & (LedgerPoolRow.pool_id == LedgerEntry.pool_id),
+    pooled_ids = select(LedgerPoolRow.billing_row_id).where(LedgerPoolRow.run_id == run_id)
+    sources = {
+        row.id: row
+        for row in session.scalars(
+            select(BillingRow)
+            .where(BillingRow.id.in_(single_ids.union(pooled_ids).scalar_subquery()))
+            .order_by(BillingRow.id)
         )
-        .join(BillingRow, BillingRow.id == LedgerPoolRow.billing_row_id)
-        .where(LedgerEntry.run_id == run_id, LedgerEntry.billing_row_id.is_(None))
-        .order_by(BillingRow.id, LedgerEntry.id)
-    )
+    }
+    bases = {row_id: _source_columns(row) for row_id, row in sources.items()}
+    payer = _payer_of(session, run_id, sources)
     adjustments = session.scalars(
         select(LedgerEntry)
-        .where(
-            LedgerEntry.run_id == run_id,
-            LedgerEntry.billing_row_id.is_(None),
-            LedgerEntry.pool_id.is_(None),
-        )
+        .where(*of_run, LedgerEntry.billing_row_id.is_(None), LedgerEntry.pool_id.is_(None))
         .order_by(LedgerEntry.id)
     ).all()
-    records: list[dict[str, Any]] = []
-    payer: dict[str, Any] = {}
-    for query, of_pool in ((single, False), (pooled, True)):
-        by_row: dict[int, list[tuple[LedgerEntry, BillingRow]]] = {}
-        for entry, row in session.execute(query):
-            by_row.setdefault(row.id, []).append((entry, row))
-        for shares in by_row.values():
-            payer = payer or _payer_columns(shares[0][1])
-            records += _focus_rows(shares, run_id or 0, of_pool=of_pool)
-    records += [_adjustment_row(entry, month, payer, run_id or 0) for entry in adjustments]
-    if team is not None:
-        records = [r for r in records if json.loads(r["AllocatedTags"] or "{}").get("team") == team]
-    return _focus_arrow(records)
+    names: list[str] = []
+    for base in bases.values():
+        names += [n for n in base if n not in names]
+    if bases:
+        names += [n for n in _SHARE_COLUMNS if n not in names]
+    for entry in adjustments[:1]:
+        names += [n for n in _adjustment_row(entry, month, payer, run_id) if n not in names]
+    schema = _focus_schema(names)
+
+    def records() -> Iterator[dict[str, Any]]:
+        single = select(LedgerEntry).where(*of_run, LedgerEntry.billing_row_id.is_not(None))
+        for entry in _streamed(
+            session, single.order_by(LedgerEntry.billing_row_id, LedgerEntry.id)
+        ):
+            row_id = entry.billing_row_id or 0
+            yield _share(
+                bases[row_id],
+                entry,
+                row_id,
+                run_id,
+                (
+                    entry.billed_cost_micros,
+                    entry.effective_cost_micros,
+                    entry.list_cost_micros or 0,
+                    entry.contracted_cost_micros or 0,
+                ),
+            )
+        pooled = (
+            select(LedgerEntry, LedgerPoolRow.billing_row_id)
+            .join(
+                LedgerPoolRow,
+                (LedgerPoolRow.run_id == LedgerEntry.run_id)
+                & (LedgerPoolRow.pool_id == LedgerEntry.pool_id),
+            )
+            .where(LedgerEntry.run_id == run_id, LedgerEntry.billing_row_id.is_(None))
+            .order_by(LedgerPoolRow.billing_row_id, LedgerEntry.id)
+        )
+        for row_id, shares in _by_source_row(session, pooled):
+            yield from _pool_shares(bases[row_id], sources[row_id], shares, run_id, team)
+        for entry in adjustments:
+            yield _adjustment_row(entry, month, payer, run_id)
+
+    def batches() -> Iterator[pa.RecordBatch]:
+        chunk: list[dict[str, Any]] = []
+        for record in records():
+            chunk.append(record)
+            if len(chunk) == FOCUS_BATCH_ROWS:
+                yield _focus_batch(chunk, schema)
+                chunk = []
+        if chunk:
+            yield _focus_batch(chunk, schema)
+
+    return schema, batches()
 
 
-def _focus_rows(
-    shares: list[tuple[LedgerEntry, BillingRow]], run_id: int, *, of_pool: bool
-) -> list[dict[str, Any]]:
-    """A source row's FOCUS rows, one per share of it.
+_SHARE_COLUMNS = (
+    "BilledCost",
+    "EffectiveCost",
+    "ListCost",
+    "ContractedCost",
+    "AllocatedMethodId",
+    "AllocatedMethodDetails",
+    "AllocatedResourceId",
+    "AllocatedResourceName",
+    "AllocatedTags",
+    "x_SourceBillingRowId",
+)
+"""The columns a share adds to its source row's."""
 
-    A row split on its own has its entries as shares (List and Contracted cost split with
-    the same weights). A row of a pool of several rows is split across the pool's entries
-    in every basis by the entries' weights, so each source row's shares sum back to it.
-    """
-    row = shares[0][1]
-    weights = {i: entry.gpu_ns for i, (entry, _) in enumerate(shares)}
+
+def _streamed(session: Session, query: Select[Any]) -> Iterator[LedgerEntry]:
+    for partition in session.scalars(
+        query.execution_options(yield_per=FOCUS_BATCH_ROWS)
+    ).partitions():
+        yield from partition
+
+
+def _by_source_row(
+    session: Session, query: Select[LedgerEntry, int]
+) -> Iterator[tuple[int, list[LedgerEntry]]]:
+    """Consecutive entries of one source row (the query is ordered by it), row by row."""
+    current: int | None = None
+    shares: list[LedgerEntry] = []
+    for entry, row_id in session.execute(query.execution_options(yield_per=FOCUS_BATCH_ROWS)):
+        if row_id != current and shares:
+            yield current or 0, shares
+            shares = []
+        current = row_id
+        shares.append(entry)
+    if shares:
+        yield current or 0, shares
+
+
+def _payer_of(session: Session, run_id: int, sources: dict[int, BillingRow]) -> dict[str, Any]:
+    """The payer columns for adjustment rows: those of the first source row split alone, else
+    of the first pooled one."""
+    first_single = session.scalar(
+        select(func.min(LedgerEntry.billing_row_id)).where(LedgerEntry.run_id == run_id)
+    )
+    row = sources.get(first_single or 0) or next(iter(sources.values()), None)
+    return _payer_columns(row) if row is not None else {}
+
+
+def _pool_shares(
+    base: dict[str, Any],
+    row: BillingRow,
+    shares: list[LedgerEntry],
+    run_id: int,
+    team: str | None,
+) -> Iterator[dict[str, Any]]:
+    """A pooled source row split across its pool's entries in every basis, by the entries'
+    weights, so its shares sum back to it (then ``team`` keeps that team's)."""
+    weights = {i: entry.gpu_ns for i, entry in enumerate(shares)}
     if not any(weights.values()):
         weights = dict.fromkeys(weights, 1)
-    split_list = split_by_weight(row.list_cost_micros or 0, weights)
-    split_contracted = split_by_weight(row.contracted_cost_micros or 0, weights)
-    if of_pool:
-        split_billed = split_by_weight(row.billed_cost_micros or 0, weights)
-        split_effective = split_by_weight(row.effective_cost_micros or 0, weights)
-    else:
-        split_billed = {i: entry.billed_cost_micros for i, (entry, _) in enumerate(shares)}
-        split_effective = {i: entry.effective_cost_micros for i, (entry, _) in enumerate(shares)}
-    base = _source_columns(row)
-    out = []
-    for i, (entry, _) in enumerate(shares):
-        record = dict(base)
-        record.update(
-            {
-                "BilledCost": micros_to_decimal(split_billed.get(i, 0)),
-                "EffectiveCost": micros_to_decimal(split_effective.get(i, 0)),
-                "ListCost": micros_to_decimal(split_list.get(i, 0)),
-                "ContractedCost": micros_to_decimal(split_contracted.get(i, 0)),
-                "AllocatedMethodId": None
-                if entry.kind is EntryKind.unallocated
-                else f"specledger:{entry.method.replace('_', '-').replace(':', '/')}",
-                "AllocatedMethodDetails": None
-                if entry.kind is EntryKind.unallocated
-                else json.dumps(
-                    {
-                        "x_Kind": entry.kind,
-                        "x_BasisGpuNanoseconds": entry.gpu_ns,
-                        "x_AllocationRunId": run_id,
-                        "x_PoolId": entry.pool_id,
-                        **(
-                            {"x_Levels": ["charge hour x team", "request"]}
-                            if entry.method.endswith(":hour,team")
-                            else {}
-                        ),
-                    }
-                ),
-                "AllocatedResourceId": entry.event_id
-                or (f"idle:{entry.deployment}" if entry.kind is EntryKind.idle else None),
-                "AllocatedResourceName": entry.session_id,
-                "AllocatedTags": _allocated_tags(entry),
-                "x_SourceBillingRowId": row.id,
-            }
+    splits = [
+        split_by_weight(amount or 0, weights)
+        for amount in (
+            row.billed_cost_micros,
+            row.effective_cost_micros,
+            row.list_cost_micros,
+            row.contracted_cost_micros,
         )
-        out.append(record)
-    return out
+    ]
+    for i, entry in enumerate(shares):
+        if team is None or entry.team == team:
+            amounts = (
+                splits[0].get(i, 0),
+                splits[1].get(i, 0),
+                splits[2].get(i, 0),
+                splits[3].get(i, 0),
+            )
+            yield _share(base, entry, row.id, run_id, amounts)
+
+
+def _share(
+    base: dict[str, Any],
+    entry: LedgerEntry,
+    row_id: int,
+    run_id: int,
+    amounts: tuple[int, int, int, int],
+) -> dict[str, Any]:
+    """One FOCUS row: the source row's columns and a share of it (billed, effective, list,
+    contracted micros)."""
+    billed, effective, list_cost, contracted = amounts
+    allocated = entry.kind is not EntryKind.unallocated
+    record = dict(base)
+    record.update(
+        {
+            "BilledCost": micros_to_decimal(billed),
+            "EffectiveCost": micros_to_decimal(effective),
+            "ListCost": micros_to_decimal(list_cost),
+            "ContractedCost": micros_to_decimal(contracted),
+            "AllocatedMethodId": f"specledger:{entry.method.replace('_', '-').replace(':', '/')}"
+            if allocated
+            else None,
+            "AllocatedMethodDetails": json.dumps(
+                {
+                    "x_Kind": entry.kind,
+                    "x_BasisGpuNanoseconds": entry.gpu_ns,
+                    "x_AllocationRunId": run_id,
+                    "x_PoolId": entry.pool_id,
+                    **(
+                        {"x_Levels": ["charge hour x team", "request"]}
+                        if entry.method.endswith(":hour,team")
+                        else {}
+                    ),
+                }
+            )
+            if allocated
+            else None,
+            "AllocatedResourceId": entry.event_id
+            or (f"idle:{entry.deployment}" if entry.kind is EntryKind.idle else None),
+            "AllocatedResourceName": entry.session_id,
+            "AllocatedTags": _allocated_tags(entry),
+            "x_SourceBillingRowId": row_id,
+        }
+    )
+    return record
 
 
 def _focus_time(value: datetime) -> str:
@@ -258,18 +396,24 @@ def _source_columns(row: BillingRow) -> dict[str, Any]:
     return record
 
 
-def _focus_arrow(records: list[dict[str, Any]]) -> pa.Table:
-    names: list[str] = []
-    for record in records:
-        names += [n for n in record if n not in names]
+def _focus_schema(names: list[str]) -> pa.Schema:
+    """FOCUS columns first, then ``x_`` ones, each by name; money as exact decimals."""
     money = {"BilledCost", "EffectiveCost", "ListCost", "ContractedCost"}
-    columns = {}
-    for name in sorted(names, key=lambda n: (n.startswith("x_"), n)):
-        values = [r.get(name) for r in records]
+
+    def type_of(name: str) -> pa.DataType:
         if name in money:
-            columns[name] = pa.array(values, MONEY)
-        elif name == "x_SourceBillingRowId":
-            columns[name] = pa.array(values, pa.int64())
-        else:
-            columns[name] = pa.array([None if v is None else str(v) for v in values], pa.string())
-    return pa.table(columns)
+            return MONEY
+        return pa.int64() if name == "x_SourceBillingRowId" else pa.string()
+
+    ordered = sorted(names, key=lambda n: (n.startswith("x_"), n))
+    return pa.schema([(name, type_of(name)) for name in ordered])
+
+
+def _focus_batch(records: list[dict[str, Any]], schema: pa.Schema) -> pa.RecordBatch:
+    columns = []
+    for field in schema:
+        values = [r.get(field.name) for r in records]
+        if pa.types.is_string(field.type):
+            values = [None if v is None else str(v) for v in values]
+        columns.append(pa.array(values, field.type))
+    return pa.RecordBatch.from_arrays(columns, schema=schema)
