@@ -294,7 +294,8 @@ def export_chargeback(
     its costs and unit costs, plus idle and unallocated lines, so the totals equal the
     reconciliation. --format focus writes every allocated share as a FOCUS 1.3 row."""
     from app.ledger.costs import unit_costs
-    from app.ledger.export import chargeback_table, write_focus_allocation, write_table
+    from app.ledger.export import chargeback_table, write_table
+    from app.ledger.focus_export import write_focus_allocation
 
     if fmt not in ("csv", "parquet", "focus"):
         raise typer.BadParameter("--format must be csv, parquet or focus")

@@ -18,9 +18,11 @@ from collections.abc import Mapping
 from fractions import Fraction
 from typing import Any, Protocol, TypeVar
 
+import numpy as np
+
 from app.domain.errors import EmptyAllocationBasis, InvalidInput
 
-__all__ = ["split_by_weight"]
+__all__ = ["split_array_by_weight", "split_by_weight"]
 
 
 class _Orderable(Protocol):
@@ -67,6 +69,39 @@ def split_by_weight(total_micros: int, weights: Mapping[K, int | Fraction]) -> d
     if total_micros < 0:
         return {key: -part for key, part in parts.items()}
     return parts
+
+
+def split_array_by_weight(total_micros: int, weights: np.ndarray) -> np.ndarray:
+    """:func:`split_by_weight` with the keys the positions of an array of int64 weights:
+    the same parts (zero where the weight is zero), without a Python step per weight.
+
+    Products and remainders are exact Python integers (an object array), so a weight times
+    the total may exceed 64 bits; ties go to the earlier position.
+
+    Raises:
+        EmptyAllocationBasis: If no weight is positive.
+        InvalidInput: If a weight is negative.
+    """
+    if (weights < 0).any():
+        raise InvalidInput(f"weight at position {int(np.argmax(weights < 0))} is negative")
+    denominator = int(weights.sum(dtype=object))
+    if denominator == 0:
+        raise EmptyAllocationBasis(f"no positive weight among {len(weights)} keys")
+    magnitude = abs(total_micros)
+    products = weights.astype(object) * magnitude
+    parts = products // denominator
+    leftover = magnitude - int(parts.sum())
+    if leftover:
+        if denominator >= 2**63:
+            keyed = split_by_weight(magnitude, dict(enumerate(weights.tolist())))
+            parts = np.array([keyed.get(i, 0) for i in range(len(weights))], dtype=object)
+        else:
+            remainders = (products - parts * denominator).astype(np.int64)
+            # Largest remainder first, then the earlier position (lexsort: last key primary).
+            order = np.lexsort((np.arange(len(weights)), -remainders))
+            parts[order[:leftover]] += 1
+    signed = parts.astype(np.int64)
+    return -signed if total_micros < 0 else signed
 
 
 def _integer_weights(weights: Mapping[K, int | Fraction]) -> dict[K, int]:

@@ -13,7 +13,8 @@ from sqlalchemy.orm import Session
 from app.domain.ledger import Dimension
 from app.domain.periods import Month
 from app.ledger.costs import unit_costs
-from app.ledger.export import chargeback_table, write_focus_allocation
+from app.ledger.export import chargeback_table
+from app.ledger.focus_export import write_focus_allocation
 
 
 class ChargebackFormat(StrEnum):

@@ -15,7 +15,7 @@ from app.db import unit_of_work
 from app.deployments.service import add_deployment, add_replica
 from app.domain.ledger import AllocationMethod, EntryKind, RunStatus
 from app.domain.periods import Month
-from app.ledger.export import focus_allocation_table
+from app.ledger.focus_export import focus_allocation_table
 from app.ledger.reconcile import reconcile
 from app.ledger.repository import allocated_months, current_run_id
 from app.models import AllocationRun, BillingRow, LedgerEntry, LedgerPoolRow

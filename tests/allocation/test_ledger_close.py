@@ -19,7 +19,7 @@ from app.cli.ledger import month_window
 from app.deployments.service import add_deployment, add_replica
 from app.domain.errors import MonthClosed
 from app.domain.periods import Month
-from app.ledger.export import focus_allocation_table
+from app.ledger.focus_export import focus_allocation_table
 from app.ledger.service import MonthNotAllocated, close_month
 from app.models import LedgerClosure, LedgerEntry
 from ingest.service import IngestOptions, ingest_billing

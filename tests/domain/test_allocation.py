@@ -1,10 +1,11 @@
 from fractions import Fraction
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.domain.allocation import split_by_weight
+from app.domain.allocation import split_array_by_weight, split_by_weight
 from app.domain.errors import EmptyAllocationBasis, InvalidInput
 
 INT64 = st.integers(min_value=-(2**63), max_value=2**63 - 1)
@@ -68,3 +69,28 @@ class TestSplitByWeight:
 
     def test_split_accepts_exact_fractions(self):
         assert split_by_weight(10, {"a": Fraction(1, 3), "b": Fraction(2, 3)}) == {"a": 3, "b": 7}
+
+
+ARRAY_WEIGHTS = st.lists(
+    st.one_of(st.integers(0, 10), st.integers(0, 10**13), st.integers(0, 2**62)),
+    min_size=1,
+    max_size=40,
+).filter(any)
+
+
+class TestSplitArrayByWeight:
+    @settings(deadline=None)
+    @given(total=INT64, weights=ARRAY_WEIGHTS)
+    def test_matches_the_keyed_split_position_by_position(self, total, weights):
+        keyed = split_by_weight(total, dict(enumerate(weights)))
+        parts = split_array_by_weight(total, np.array(weights, np.int64))
+        assert parts.dtype == np.int64
+        assert parts.tolist() == [keyed.get(i, 0) for i in range(len(weights))]
+
+    def test_no_positive_weight_is_an_error(self):
+        with pytest.raises(EmptyAllocationBasis):
+            split_array_by_weight(5, np.zeros(3, np.int64))
+
+    def test_a_negative_weight_is_an_error(self):
+        with pytest.raises(InvalidInput, match="position 1"):
+            split_array_by_weight(5, np.array([1, -1], np.int64))

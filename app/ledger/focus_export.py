@@ -1,0 +1,517 @@
+"""The FOCUS 1.3 allocation export: every allocated share of a source billing row as a FOCUS
+row carrying the source row's columns, streamed in Arrow batches.
+
+Columnar: the source rows (thousands) are one Arrow table; the entries (millions) are read
+in batches of columns and turned into FOCUS columns by Arrow compute, with no Python step
+per entry. A pooled row is split across its pool's entries by an array form of the ledger's
+largest remainder, so each source row's shares sum back to it exactly.
+"""
+
+import json
+from collections.abc import Iterator, Sequence
+from datetime import datetime
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
+from sqlalchemy import Select, String, func, select, type_coerce
+from sqlalchemy.orm import Session
+
+from app.domain.allocation import split_array_by_weight
+from app.domain.focus import TYPED_COLUMNS
+from app.domain.ledger import EntryKind
+from app.domain.money import micros_to_decimal
+from app.domain.periods import Month
+from app.ledger.repository import current_run_id
+from app.models import BillingRow, LedgerEntry, LedgerPoolRow
+
+MONEY = pa.decimal128(38, 6)
+FOCUS_OF_DB = {db: focus for focus, db in TYPED_COLUMNS.items()}
+FOCUS_BATCH_ROWS = 50_000
+"""FOCUS rows per batch: what the export holds in memory at once (plus one pool's shares)."""
+
+_AMOUNTS = ("billed", "effective", "list_cost", "contracted")
+"""A share's amounts, in the order of their FOCUS columns in :data:`_SHARE_COLUMNS`."""
+_SHARE_COLUMNS = (
+    "BilledCost",
+    "EffectiveCost",
+    "ListCost",
+    "ContractedCost",
+    "AllocatedMethodId",
+    "AllocatedMethodDetails",
+    "AllocatedResourceId",
+    "AllocatedResourceName",
+    "AllocatedTags",
+    "x_SourceBillingRowId",
+)
+"""The columns a share adds to its source row's."""
+_TWO_LEVEL_SUFFIX = ":hour,team"
+"""The method of a row split in two levels (charge hour x team bucket, then requests)."""
+_TWO_LEVEL = ', "x_Levels": ["charge hour x team", "request"]'
+
+
+def focus_allocation_table(session: Session, month: Month, *, team: str | None = None) -> pa.Table:
+    """The whole FOCUS 1.3 allocation of a month as one table (see :func:`focus_batches`);
+    for tests and small months, the files stream (:func:`write_focus_allocation`)."""
+    schema, batches = focus_batches(session, month, team=team)
+    return pa.Table.from_batches(list(batches), schema=schema)
+
+
+def write_focus_allocation(
+    session: Session, month: Month, out: Path | pa.NativeFile, fmt: str, *, team: str | None
+) -> int:
+    """Stream the month's FOCUS 1.3 allocation to ``out`` as CSV or Parquet; the rows written.
+
+    Memory stays at one batch whatever the size of the month."""
+    schema, batches = focus_batches(session, month, team=team)
+    sink = str(out) if isinstance(out, Path) else out
+    written = 0
+    with (
+        pq.ParquetWriter(sink, schema)
+        if fmt == "parquet"
+        else pacsv.CSVWriter(sink, schema) as writer
+    ):
+        for batch in batches:
+            writer.write_batch(batch)
+            written += batch.num_rows
+    return written
+
+
+def focus_batches(
+    session: Session, month: Month, *, team: str | None = None
+) -> tuple[pa.Schema, Iterator[pa.RecordBatch]]:
+    """FOCUS 1.3 rows, one per share of a source billing row in the month's run, in batches.
+
+    Each row keeps its source row's FOCUS and ``x_`` columns and carries its share of
+    BilledCost, EffectiveCost, ListCost and ContractedCost. A row split on its own has its
+    entries' shares, as the plan computed them in every basis. A row of a pool of several
+    rows is split across the pool's entries by their weights (largest remainder), so each
+    source row's shares sum back to it exactly. Adjustments for a closed month (they have no
+    source row) become ``Correction`` rows of their own. ``team`` keeps one team's shares.
+
+    The schema comes first, from the source rows (thousands, not millions); the entries are
+    read in batches, never all at once.
+    """
+    run_id = current_run_id(session, str(month)) or 0
+    sources = _source_rows(session, run_id)
+    source_table = _source_table(sources)
+    adjustments = session.scalars(
+        select(LedgerEntry)
+        .where(
+            LedgerEntry.run_id == run_id,
+            LedgerEntry.billing_row_id.is_(None),
+            LedgerEntry.pool_id.is_(None),
+            *([LedgerEntry.team == team] if team else []),
+        )
+        .order_by(LedgerEntry.id)
+    ).all()
+    payer = _payer_of(session, run_id, sources)
+    adjustment_rows = [_adjustment_row(entry, month, payer, run_id) for entry in adjustments]
+    names = list(source_table.column_names[1:])
+    if sources:
+        names += [n for n in _SHARE_COLUMNS if n not in names]
+    for record in adjustment_rows[:1]:
+        names += [n for n in record if n not in names]
+    schema = _focus_schema(names)
+    shares = _ShareBatches(source_table, schema, run_id)
+
+    def batches() -> Iterator[pa.RecordBatch]:
+        for entries in _entry_batches(session, _single_entries(run_id, team)):
+            yield shares.of(entries, [entries[f"{name}_micros"] for name in _AMOUNTS])
+        pending: list[tuple[pa.Table, list[pa.Array]]] = []
+        held = 0
+        for row_id, entries in _by_source_row(session, _pooled_entries(run_id)):
+            pending.append(_pool_split(sources[row_id], entries, team))
+            held += pending[-1][0].num_rows
+            if held >= FOCUS_BATCH_ROWS:
+                yield shares.of_many(pending)
+                pending, held = [], 0
+        if pending:
+            yield shares.of_many(pending)
+        if adjustment_rows:
+            yield _record_batch(adjustment_rows, schema)
+
+    return schema, batches()
+
+
+# Reading: the source rows whole, the entries as batches of columns.
+
+_ENTRY_COLUMNS = {
+    "kind": type_coerce(LedgerEntry.kind, String),
+    "method": type_coerce(LedgerEntry.method, String),
+    "pool_id": LedgerEntry.pool_id,
+    "gpu_ns": LedgerEntry.gpu_ns,
+    "event_id": LedgerEntry.event_id,
+    "session_id": LedgerEntry.session_id,
+    "team": LedgerEntry.team,
+    "deployment": LedgerEntry.deployment,
+    "billed_micros": LedgerEntry.billed_cost_micros,
+    "effective_micros": LedgerEntry.effective_cost_micros,
+    "list_cost_micros": func.coalesce(LedgerEntry.list_cost_micros, 0),
+    "contracted_micros": func.coalesce(LedgerEntry.contracted_cost_micros, 0),
+}
+_ENTRY_TYPES = {
+    "row_id": pa.int64(),
+    "pool_id": pa.int64(),
+    "gpu_ns": pa.int64(),
+    **{f"{name}_micros": pa.int64() for name in _AMOUNTS},
+}
+
+
+def _source_rows(session: Session, run_id: int) -> dict[int, BillingRow]:
+    """The billing rows the run split, alone or in a pool, by id."""
+    single_ids = select(LedgerEntry.billing_row_id).where(
+        LedgerEntry.run_id == run_id, LedgerEntry.billing_row_id.is_not(None)
+    )
+    pooled_ids = select(LedgerPoolRow.billing_row_id).where(LedgerPoolRow.run_id == run_id)
+    rows = session.scalars(
+        select(BillingRow)
+        .where(BillingRow.id.in_(single_ids.union(pooled_ids).scalar_subquery()))
+        .order_by(BillingRow.id)
+    )
+    return {row.id: row for row in rows}
+
+
+def _source_table(sources: dict[int, BillingRow]) -> pa.Table:
+    """One row per source row: ``row_id``, then its FOCUS and ``x_`` columns as text."""
+    records = [_source_columns(row) for row in sources.values()]
+    names: list[str] = []
+    for record in records:
+        names += [n for n in record if n not in names]
+    columns = {"row_id": pa.array(list(sources), pa.int64())}
+    for name in names:
+        values = [r.get(name) for r in records]
+        columns[name] = pa.array([None if v is None else str(v) for v in values], pa.string())
+    return pa.table(columns)
+
+
+def _single_entries(run_id: int, team: str | None) -> Select[Any]:
+    return (
+        select(LedgerEntry.billing_row_id.label("row_id"), *_labelled())
+        .where(
+            LedgerEntry.run_id == run_id,
+            LedgerEntry.billing_row_id.is_not(None),
+            *([LedgerEntry.team == team] if team else []),
+        )
+        .order_by(LedgerEntry.billing_row_id, LedgerEntry.id)
+    )
+
+
+def _pooled_entries(run_id: int) -> Select[Any]:
+    """Every pool's entries once per source row of the pool, by source row."""
+    return (
+        select(LedgerPoolRow.billing_row_id.label("row_id"), *_labelled())
+        .join(
+            LedgerPoolRow,
+            (LedgerPoolRow.run_id == LedgerEntry.run_id)
+            & (LedgerPoolRow.pool_id == LedgerEntry.pool_id),
+        )
+        .where(LedgerEntry.run_id == run_id, LedgerEntry.billing_row_id.is_(None))
+        .order_by(LedgerPoolRow.billing_row_id, LedgerEntry.id)
+    )
+
+
+def _labelled() -> list[Any]:
+    return [column.label(name) for name, column in _ENTRY_COLUMNS.items()]
+
+
+def _entry_batches(session: Session, query: Select[Any]) -> Iterator[pa.Table]:
+    """The query's rows as Arrow tables of up to FOCUS_BATCH_ROWS rows."""
+    result = session.execute(query.execution_options(yield_per=FOCUS_BATCH_ROWS))
+    names = list(result.keys())
+    for rows in result.partitions():
+        columns = zip(*rows, strict=True)
+        yield pa.table(
+            {
+                name: pa.array(values, _ENTRY_TYPES.get(name, pa.string()))
+                for name, values in zip(names, columns, strict=True)
+            }
+        )
+
+
+def _by_source_row(session: Session, query: Select[Any]) -> Iterator[tuple[int, pa.Table]]:
+    """The entries of each source row (the query is ordered by it), row by row."""
+    held: list[pa.Table] = []
+    for batch in _entry_batches(session, query):
+        row_ids = batch["row_id"].to_numpy()
+        bounds = np.flatnonzero(np.diff(row_ids)) + 1
+        starts = [0, *bounds.tolist()]
+        ends = [*bounds.tolist(), len(row_ids)]
+        for start, end in zip(starts, ends, strict=True):
+            piece = batch.slice(start, end - start)
+            if held and held[0]["row_id"][0].as_py() != row_ids[start]:
+                yield held[0]["row_id"][0].as_py(), pa.concat_tables(held)
+                held = []
+            held.append(piece)
+    if held:
+        yield held[0]["row_id"][0].as_py(), pa.concat_tables(held)
+
+
+def _pool_split(
+    row: BillingRow, entries: pa.Table, team: str | None
+) -> tuple[pa.Table, list[pa.Array]]:
+    """A pooled source row split across its pool's entries in every basis, by the entries'
+    GPU-ns (evenly when none has any), then ``team``'s shares kept."""
+    weights = entries["gpu_ns"].to_numpy(zero_copy_only=False).astype(np.int64)
+    if not weights.any():
+        weights = np.ones(len(weights), np.int64)
+    totals = (
+        row.billed_cost_micros,
+        row.effective_cost_micros,
+        row.list_cost_micros,
+        row.contracted_cost_micros,
+    )
+    amounts = [pa.array(split_array_by_weight(total or 0, weights)) for total in totals]
+    if team is not None:
+        keep = pc.fill_null(pc.equal(entries["team"], team), False).combine_chunks()
+        entries = entries.filter(keep)
+        amounts = [amount.filter(keep) for amount in amounts]
+    return entries, amounts
+
+
+# Writing: a batch of entries and their amounts as FOCUS columns.
+
+
+class _ShareBatches:
+    """Turns entries (with their source row ids) and amounts into FOCUS record batches."""
+
+    def __init__(self, source_table: pa.Table, schema: pa.Schema, run_id: int) -> None:
+        self.sources = source_table
+        self.schema = schema
+        self.run_id = run_id
+
+    def of_many(self, parts: Sequence[tuple[pa.Table, list[pa.Array]]]) -> pa.RecordBatch:
+        """One batch of several (entries, amounts) parts."""
+        entries = pa.concat_tables([part for part, _ in parts])
+        amounts = [pa.concat_arrays([a[i] for _, a in parts]) for i in range(len(_AMOUNTS))]
+        return self.of(entries, amounts)
+
+    def of(
+        self, entries: pa.Table, amounts: Sequence[pa.Array | pa.ChunkedArray]
+    ) -> pa.RecordBatch:
+        positions = pc.index_in(entries["row_id"], value_set=self.sources["row_id"])
+        source = self.sources.take(positions)
+        computed = {
+            **{
+                name: _money(amount)
+                for name, amount in zip(_SHARE_COLUMNS[:4], amounts, strict=True)
+            },
+            **_allocation_columns(entries, self.run_id),
+            "x_SourceBillingRowId": entries["row_id"],
+        }
+        n = entries.num_rows
+        columns = []
+        for field in self.schema:
+            if field.name in computed:
+                column = computed[field.name]
+            elif field.name in source.column_names:
+                column = source[field.name]
+            else:
+                column = pa.nulls(n, field.type)
+            columns.append(_flat(column).cast(field.type))
+        return pa.RecordBatch.from_arrays(columns, schema=self.schema)
+
+
+def _allocation_columns(entries: pa.Table, run_id: int) -> dict[str, pa.Array]:
+    """AllocatedMethodId / Details / ResourceId / ResourceName / Tags of each entry.
+
+    The details and tags are the JSON that ``json.dumps`` writes (same keys, order and
+    separators), built by concatenation: entry kinds and methods are plain identifiers and
+    the text values are JSON-quoted once per distinct value."""
+    kind, method = entries["kind"], entries["method"]
+    allocated = pc.not_equal(kind, EntryKind.unallocated.value)
+    method_id = pc.binary_join_element_wise(
+        "specledger:",
+        pc.replace_substring(pc.replace_substring(method, "_", "-"), ":", "/"),
+        "",
+    )
+    levels = pc.if_else(pc.ends_with(method, _TWO_LEVEL_SUFFIX), _TWO_LEVEL, "")
+    details = pc.binary_join_element_wise(
+        '{"x_Kind": "',
+        kind,
+        '", "x_BasisGpuNanoseconds": ',
+        pc.cast(entries["gpu_ns"], pa.string()),
+        f', "x_AllocationRunId": {run_id}, "x_PoolId": ',
+        pc.fill_null(pc.cast(entries["pool_id"], pa.string()), "null"),
+        levels,
+        "}",
+        "",
+    )
+    idle = pc.binary_join_element_wise("idle:", pc.fill_null(entries["deployment"], "None"), "")
+    resource = pc.coalesce(
+        entries["event_id"], pc.if_else(pc.equal(kind, EntryKind.idle.value), idle, None)
+    )
+    no_text = pa.scalar(None, pa.string())
+    return {
+        "AllocatedMethodId": pc.if_else(allocated, method_id, no_text),
+        "AllocatedMethodDetails": pc.if_else(allocated, details, no_text),
+        "AllocatedResourceId": resource,
+        "AllocatedResourceName": entries["session_id"],
+        "AllocatedTags": _tags_json(entries),
+    }
+
+
+def _tags_json(entries: pa.Table) -> pa.Array:
+    """``{"team": .., "session": .., "deployment": ..}`` without the keys whose value is
+    null, as ``json.dumps`` writes it."""
+    pieces = []
+    for key, column in (("team", "team"), ("session", "session_id"), ("deployment", "deployment")):
+        quoted = _json_strings(entries[column])
+        pieces.append(pc.fill_null(pc.binary_join_element_wise(f'"{key}": ', quoted, ", ", ""), ""))
+    body = pc.utf8_rtrim(pc.binary_join_element_wise(*pieces, ""), characters=", ")
+    return pc.binary_join_element_wise("{", body, "}", "")
+
+
+def _json_strings(column: pa.ChunkedArray | pa.Array) -> pa.Array:
+    """Each text value as a JSON string literal (``json.dumps``), computed per distinct
+    value; null stays null."""
+    encoded = pc.dictionary_encode(_flat(column))
+    literals = pa.array([json.dumps(v) for v in encoded.dictionary.to_pylist()], pa.string())
+    return pc.take(literals, encoded.indices)
+
+
+def _flat(column: pa.Array | pa.ChunkedArray) -> pa.Array:
+    return column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+
+
+def _money(micros: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """Integer micros as exact decimal128(38, 6): the micros are the unscaled value, written
+    as the low word with its sign extended into the high word."""
+    values = _flat(micros).cast(pa.int64()).fill_null(0).to_numpy()
+    words = np.empty(2 * len(values), np.int64)
+    words[0::2] = values
+    words[1::2] = values >> 63
+    return pa.Array.from_buffers(MONEY, len(values), [None, pa.py_buffer(words)])
+
+
+def _payer_of(session: Session, run_id: int, sources: dict[int, BillingRow]) -> dict[str, Any]:
+    """The payer columns for adjustment rows: those of the first source row split alone, else
+    of the first pooled one."""
+    first_single = session.scalar(
+        select(func.min(LedgerEntry.billing_row_id)).where(LedgerEntry.run_id == run_id)
+    )
+    row = sources.get(first_single or 0) or next(iter(sources.values()), None)
+    return _payer_columns(row) if row is not None else {}
+
+
+def _focus_time(value: datetime) -> str:
+    return f"{value:%Y-%m-%dT%H:%M:%SZ}"
+
+
+def _allocated_tags(entry: LedgerEntry) -> str:
+    return json.dumps(
+        {
+            k: v
+            for k, v in {
+                "team": entry.team,
+                "session": entry.session_id,
+                "deployment": entry.deployment,
+            }.items()
+            if v is not None
+        }
+    )
+
+
+_PAYER_COLUMNS = (
+    "BillingAccountId",
+    "BillingAccountName",
+    "BillingAccountType",
+    "InvoiceIssuerName",
+    "ProviderName",
+    "PublisherName",
+    "ServiceProviderName",
+    "HostProviderName",
+)
+
+
+def _payer_columns(row: BillingRow) -> dict[str, Any]:
+    source = _source_columns(row)
+    return {name: source.get(name) for name in _PAYER_COLUMNS if source.get(name) is not None}
+
+
+def _adjustment_row(
+    entry: LedgerEntry, month: Month, payer: dict[str, Any], run_id: int
+) -> dict[str, Any]:
+    """A restatement booked in ``month``: the change to a closed month's allocation after
+    its billing was re-delivered. List and contracted cost are not restated (zero)."""
+    start, end = month.start, month.end
+    adjusted_kind = entry.method.restated_kind
+    return {
+        **payer,
+        "BillingPeriodStart": _focus_time(start),
+        "BillingPeriodEnd": _focus_time(end),
+        "ChargePeriodStart": _focus_time(entry.charge_period_start)
+        if entry.charge_period_start
+        else None,
+        "ChargePeriodEnd": _focus_time(entry.charge_period_end)
+        if entry.charge_period_end
+        else None,
+        "ChargeCategory": "Adjustment",
+        "ChargeClass": "Correction",
+        "ChargeDescription": f"SpecLedger restatement of {entry.corrects_month} "
+        f"({adjusted_kind} share) after its billing was re-delivered",
+        "BillingCurrency": entry.currency,
+        "BilledCost": micros_to_decimal(entry.billed_cost_micros),
+        "EffectiveCost": micros_to_decimal(entry.effective_cost_micros),
+        "ListCost": Decimal(0),
+        "ContractedCost": Decimal(0),
+        "AllocatedMethodId": "specledger:restatement",
+        "AllocatedMethodDetails": json.dumps(
+            {
+                "x_Kind": adjusted_kind,
+                "x_CorrectsMonth": entry.corrects_month,
+                "x_AllocationRunId": run_id,
+            }
+        ),
+        "AllocatedResourceId": f"idle:{entry.deployment}"
+        if adjusted_kind is EntryKind.idle
+        else None,
+        "AllocatedResourceName": entry.session_id,
+        "AllocatedTags": _allocated_tags(entry),
+        "x_CorrectsMonth": entry.corrects_month,
+    }
+
+
+def _source_columns(row: BillingRow) -> dict[str, Any]:
+    record: dict[str, Any] = {}
+    for db_name, focus_name in FOCUS_OF_DB.items():
+        value = getattr(row, db_name)
+        if isinstance(value, datetime):
+            value = _focus_time(value)
+        elif focus_name == "Tags":
+            value = json.dumps(value) if value is not None else None
+        record[focus_name] = value
+    for name, value in {**row.focus_columns, **row.provider_columns}.items():
+        record[name] = value if isinstance(value, str) or value is None else json.dumps(value)
+    provider = record.get("ProviderName")
+    record.setdefault("ServiceProviderName", provider)
+    record.setdefault("HostProviderName", provider)
+    return record
+
+
+def _focus_schema(names: list[str]) -> pa.Schema:
+    """FOCUS columns first, then ``x_`` ones, each by name; money as exact decimals."""
+    money = {"BilledCost", "EffectiveCost", "ListCost", "ContractedCost"}
+
+    def type_of(name: str) -> pa.DataType:
+        if name in money:
+            return MONEY
+        return pa.int64() if name == "x_SourceBillingRowId" else pa.string()
+
+    ordered = sorted(names, key=lambda n: (n.startswith("x_"), n))
+    return pa.schema([(name, type_of(name)) for name in ordered])
+
+
+def _record_batch(records: list[dict[str, Any]], schema: pa.Schema) -> pa.RecordBatch:
+    columns = []
+    for field in schema:
+        values = [r.get(field.name) for r in records]
+        if pa.types.is_string(field.type):
+            values = [None if v is None else str(v) for v in values]
+        columns.append(pa.array(values, field.type))
+    return pa.RecordBatch.from_arrays(columns, schema=schema)
