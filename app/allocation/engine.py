@@ -2,10 +2,11 @@
 
 Both run the same Ibis expression (app/allocation/plan.py). DuckDB gets it compiled once to
 SQL over fixed table names (compiling the plan costs more than running it on a small
-window) and runs in this process with nothing to install. Spark gets it through Ibis's
-PySpark backend, with the stages that several parts of the plan read cached (Spark would
-recompute them per reader); it needs Java 17 and starts a local JVM (``local[2]``) or joins
-the cluster named by ``SPECLEDGER_SPARK_MASTER``.
+window) and runs in this process with nothing to install; over a dataset (a large month) it
+runs stage by stage instead, each stage a temporary table, so memory stays bounded. Spark
+gets it through Ibis's PySpark backend, with the stages that several parts of the plan read
+checkpointed (Spark would recompute them per reader); it needs Java 17 and starts a local
+JVM (``local[2]``) or joins the cluster named by ``SPECLEDGER_SPARK_MASTER``.
 """
 
 import itertools
@@ -160,7 +161,6 @@ class PlanEngine:
         out.mkdir(parents=True, exist_ok=True)
         if self.name is EngineName.spark:
             return self._spark_dataset(small, usage_parquet, out, share_idle=share_idle)
-        entries_sql, pools_sql = plan_sql("duckdb", share_idle)
         usage_columns = ", ".join(
             f"CAST({c} AS {'BIGINT' if t == 'int64' else 'VARCHAR'}) AS {c}"
             for c, t in INPUT_SCHEMAS["usage"].items()
@@ -172,6 +172,7 @@ class PlanEngine:
                 f"CREATE VIEW {_view('usage')} AS SELECT {usage_columns} "
                 f"FROM read_parquet({_quote(usage_parquet)})"
             )
+            entries_sql, pools_sql = _staged_plan_sql(con, share_idle=share_idle)
             con.execute(f"COPY ({entries_sql}) TO {_quote(str(entries_file))} (FORMAT parquet)")
             pool_rows = con.sql(pools_sql).to_arrow_table()
             con.execute(
@@ -239,6 +240,33 @@ class PlanEngine:
         pq.write_table(rollups, out / "rollups.parquet")
         count = int(backend.to_pyarrow(written.count().as_table()).column(0)[0].as_py())
         return DatasetRun(count, backend.to_pyarrow(pool_rows), rollups)
+
+
+def _staged_plan_sql(con: duckdb.DuckDBPyConnection, *, share_idle: bool) -> tuple[str, str]:
+    """The plan over the connection's ``specledger_<input>`` views, run stage by stage: each
+    stage the plan reads more than once becomes a temporary table, and the SQL returned
+    (entries, pool rows) reads the last stages.
+
+    One statement for a whole month holds several join hash tables at once, which do not
+    know of each other's memory and cannot all spill: at 30M requests that ran out of a 2 GB
+    limit. A stage at a time, each statement holds a few, and the tables spill to the
+    connection's temp_directory."""
+    tables = {n: ibis.table(schema, name=_view(n)) for n, schema in INPUT_SCHEMAS.items()}
+    names = itertools.count()
+
+    def stage(table: ir.Table) -> ir.Table:
+        name = _view(f"stage_{next(names)}")
+        con.execute(f"CREATE TEMP TABLE {name} AS {ibis.to_sql(table, dialect='duckdb')}")
+        return ibis.table(table.schema(), name=name)
+
+    entries, pool_rows = allocate_tables(tables, share_idle=share_idle, stage=stage)
+    return (
+        _typed(str(ibis.to_sql(entries.select(*ENTRY_COLUMNS), dialect="duckdb")), ENTRY_COLUMNS),
+        _typed(
+            str(ibis.to_sql(pool_rows.select(*POOL_MEMBER_COLUMNS), dialect="duckdb")),
+            POOL_MEMBER_COLUMNS,
+        ),
+    )
 
 
 def _checkpointed(backend: Any, session: Any) -> Callable[[ir.Table], ir.Table]:
