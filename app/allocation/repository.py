@@ -197,8 +197,16 @@ def usage_between(session: Session, start_us: int, end_us: int) -> pa.Table:
         .where(UsageRecord.finished_at >= start, UsageRecord.arrived_at < end)
         .order_by(UsageRecord.id)
     )
-    rows = session.execute(query).all()
-    columns: list[Sequence[Any]] = list(zip(*rows, strict=True)) if rows else [[] for _ in range(9)]
+    result = session.execute(query.execution_options(yield_per=_USAGE_BATCH_ROWS))
+    batches = [_usage_batch(list(zip(*rows, strict=True))) for rows in result.partitions()]
+    return pa.concat_tables(batches) if batches else _usage_batch([[] for _ in range(9)])
+
+
+_USAGE_BATCH_ROWS = 200_000
+"""Requests read at a time: the driver's row objects for a batch are freed before the next."""
+
+
+def _usage_batch(columns: list[Sequence[Any]]) -> pa.Table:
     text = pa.string()
     return pa.table(
         {
