@@ -121,6 +121,13 @@ def usage_batches(requests: int, sessions: int, replicas: int, seed: int = 7) ->
 def cli(env: dict[str, str], *args: str, out: Path | None = None) -> dict[str, float]:
     """Run ``specledger ARGS`` in a child; its seconds and peak MB (stdout to ``out``)."""
     command = [sys.executable, "-c", "from app.cli import main; main()", *args]
+    return _timed(command, f"specledger {' '.join(args)}", env=env, out=out)
+
+
+def _timed(
+    command: list[str], what: str, *, env: dict[str, str] | None = None, out: Path | None = None
+) -> dict[str, float]:
+    """Run ``command`` as a child; its seconds and peak MB (its own max RSS)."""
     with open(out or os.devnull, "wb") as sink:
         begin = time.perf_counter()
         child = subprocess.Popen(command, env=env, stdout=sink, stderr=subprocess.PIPE)
@@ -128,7 +135,7 @@ def cli(env: dict[str, str], *args: str, out: Path | None = None) -> dict[str, f
         seconds = time.perf_counter() - begin
         errors = child.stderr.read().decode() if child.stderr else ""
     if status != 0:
-        raise SystemExit(f"specledger {' '.join(args)} failed:\n{errors}")
+        raise SystemExit(f"{what} failed:\n{errors}")
     return {"seconds": seconds, "max_rss_mb": usage.ru_maxrss / 1024}
 
 
@@ -155,7 +162,7 @@ LEFT JOIN billing_row_attributes a ON a.id = v.attributes_id
 
 
 def bare(database: Path, sql: str, out: Path | None) -> dict[str, float]:
-    """Run ``sql`` with sqlite3 in this process's child, rows to Parquet when ``out`` is set."""
+    """Run ``sql`` with sqlite3 in a child, its rows to Parquet when ``out`` is set."""
     script = (
         "import sqlite3, sys, pyarrow as pa, pyarrow.parquet as pq\n"
         "con = sqlite3.connect(sys.argv[1]); cur = con.execute(sys.argv[2])\n"
@@ -168,13 +175,7 @@ def bare(database: Path, sql: str, out: Path | None) -> dict[str, float]:
         "writer and writer.close()\n"
     )
     command = [sys.executable, "-c", script, str(database), sql, str(out) if out else "-"]
-    begin = time.perf_counter()
-    child = subprocess.Popen(command, stderr=subprocess.PIPE)
-    _, status, usage = os.wait4(child.pid, 0)
-    seconds = time.perf_counter() - begin
-    if status != 0:
-        raise SystemExit(child.stderr.read().decode() if child.stderr else "bare SQL failed")
-    return {"seconds": seconds, "max_rss_mb": usage.ru_maxrss / 1024}
+    return _timed(command, "bare SQL")
 
 
 def run_size(folder: Path, requests: int) -> None:

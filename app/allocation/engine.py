@@ -81,8 +81,17 @@ def _view(name: str) -> str:
 @lru_cache(maxsize=4)
 def plan_sql(dialect: str, share_idle: bool) -> tuple[str, str]:
     """The plan as SQL over the views ``specledger_<input>``: (entries, pool rows)."""
-    tables = {n: ibis.table(schema, name=_view(n)) for n, schema in INPUT_SCHEMAS.items()}
-    entries, pool_rows = allocate_tables(tables, share_idle=share_idle)
+    entries, pool_rows = allocate_tables(_input_tables(), share_idle=share_idle)
+    return _compiled(entries, pool_rows, dialect)
+
+
+def _input_tables() -> dict[str, ir.Table]:
+    """The plan's inputs as unbound tables named ``specledger_<input>``."""
+    return {n: ibis.table(schema, name=_view(n)) for n, schema in INPUT_SCHEMAS.items()}
+
+
+def _compiled(entries: ir.Table, pool_rows: ir.Table, dialect: str) -> tuple[str, str]:
+    """(entries, pool rows) as SQL, each column cast to its declared type."""
     return (
         _typed(str(ibis.to_sql(entries.select(*ENTRY_COLUMNS), dialect=dialect)), ENTRY_COLUMNS),
         _typed(
@@ -251,7 +260,6 @@ def _staged_plan_sql(con: duckdb.DuckDBPyConnection, *, share_idle: bool) -> tup
     know of each other's memory and cannot all spill: at 30M requests that ran out of a 2 GB
     limit. A stage at a time, each statement holds a few, and the tables spill to the
     connection's temp_directory."""
-    tables = {n: ibis.table(schema, name=_view(n)) for n, schema in INPUT_SCHEMAS.items()}
     names = itertools.count()
 
     def stage(table: ir.Table) -> ir.Table:
@@ -259,14 +267,8 @@ def _staged_plan_sql(con: duckdb.DuckDBPyConnection, *, share_idle: bool) -> tup
         con.execute(f"CREATE TEMP TABLE {name} AS {ibis.to_sql(table, dialect='duckdb')}")
         return ibis.table(table.schema(), name=name)
 
-    entries, pool_rows = allocate_tables(tables, share_idle=share_idle, stage=stage)
-    return (
-        _typed(str(ibis.to_sql(entries.select(*ENTRY_COLUMNS), dialect="duckdb")), ENTRY_COLUMNS),
-        _typed(
-            str(ibis.to_sql(pool_rows.select(*POOL_MEMBER_COLUMNS), dialect="duckdb")),
-            POOL_MEMBER_COLUMNS,
-        ),
-    )
+    entries, pool_rows = allocate_tables(_input_tables(), share_idle=share_idle, stage=stage)
+    return _compiled(entries, pool_rows, "duckdb")
 
 
 def _checkpointed(backend: Any, session: Any) -> Callable[[ir.Table], ir.Table]:

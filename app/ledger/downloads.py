@@ -46,7 +46,7 @@ def chargeback_file(
     if fmt in (ChargebackFormat.focus_csv, ChargebackFormat.focus_parquet):
         sink = pa.BufferOutputStream()
         write_focus_allocation(session, month, sink, "csv" if as_csv else "parquet", team=team)
-        content = bytes(sink.getvalue().to_pybytes())
+        content = sink.getvalue().to_pybytes()
     else:
         by = [Dimension.cost_center if by_cost_center else Dimension.team, Dimension.deployment]
         lines = unit_costs(session, month=month, by=by, team=team)
