@@ -45,6 +45,12 @@ class Settings(BaseSettings):
         description="Engine that runs the allocation plan: duckdb (embedded, no server) or "
         "spark (Apache Spark; needs Java 17 and the spark extra).",
     )
+    ledger_store: str | None = Field(
+        None,
+        description="Where usage records and ledger entries live at scale: a folder or "
+        "s3://bucket/prefix of hive-partitioned Parquet (the database keeps runs, closures "
+        "and rollups). Unset: everything in the database.",
+    )
     spark_master: str = Field(
         "local[2]",
         description="Spark master URL when ledger_engine is spark: local[N] or spark://host:7077.",

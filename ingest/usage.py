@@ -21,8 +21,10 @@ from sqlalchemy import Engine
 
 from app.domain.errors import Invalid
 from app.domain.usage import ReplicaIdleEvent, UsageEvent
+from app.kit.dataset_store import DatasetStore
 from app.usage.repository import insert_idle, insert_usage
 from app.usage.schemas import record_from_json
+from app.usage.store import events_table, write_usage
 from ingest.errors import IngestError, Problem
 
 __all__ = ["UsageInputError", "UsageLoadReport", "load_usage", "read_usage_file"]
@@ -125,8 +127,12 @@ def read_usage_file(path: Path) -> list[UsageEvent | ReplicaIdleEvent]:
     return records
 
 
-def load_usage(engine: Engine, paths: Sequence[Path]) -> UsageLoadReport:
-    """Load JSONL usage files into the database in one transaction.
+def load_usage(
+    engine: Engine, paths: Sequence[Path], *, store: DatasetStore | None = None
+) -> UsageLoadReport:
+    """Load JSONL usage files into the database in one transaction, or their usage records
+    into a Parquet store (idle records still go to the database). The store keeps every
+    file written; the allocation reads each event id once.
 
     Raises:
         UsageInputError: If any line of any file is bad; nothing is written then.
@@ -145,6 +151,10 @@ def load_usage(engine: Engine, paths: Sequence[Path]) -> UsageLoadReport:
     idle = [r for r in records if isinstance(r, ReplicaIdleEvent)]
     report.lines = len(records)
     report.usage_read, report.idle_read = len(usage), len(idle)
+    if store is not None:
+        write_usage(store, events_table(usage))
+        report.usage_inserted = len(usage)
+        usage = []
     with engine.begin() as conn:
         for start in range(0, len(usage), _BATCH):
             report.usage_inserted += insert_usage(conn, usage[start : start + _BATCH])

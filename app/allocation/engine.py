@@ -21,6 +21,7 @@ import duckdb
 import ibis
 import ibis.expr.types as ir
 import pyarrow as pa
+import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from app.allocation.plan import (
@@ -61,12 +62,26 @@ class DatasetRun:
     """Cost per charge hour, deployment, team, kind and currency (see :func:`rollup`)."""
 
 
-ROLLUP_KEYS = ("start_us", "deployment", "team", "kind", "currency")
+ROLLUP_KEYS = (
+    "pool_id",
+    "billing_row_id",
+    "start_us",
+    "end_us",
+    "deployment",
+    "team",
+    "kind",
+    "method",
+    "currency",
+    "corrects_month",
+)
+"""What entries are summed by for ledger_rollups. A pool lies in one charge period of one
+deployment, so these keys make about as many rows as (charge hour, deployment, team)."""
 
 
 def rollup(entries: ir.Table) -> ir.Table:
-    """What reports read instead of entries: sums per charge hour, deployment, team, kind and
-    currency, in every cost basis, with the GPU-ns and the number of entries."""
+    """What reports read instead of entries: sums per pool, charge period, deployment, team,
+    kind, method, currency and corrected month, in every cost basis, with the GPU-ns and the
+    number of entries."""
     return entries.group_by(list(ROLLUP_KEYS)).aggregate(
         entries=entries.count(),
         gpu_ns=entries.gpu_ns.sum(),
@@ -113,8 +128,8 @@ def _typed(sql: str, columns: tuple[str, ...]) -> str:
 @lru_cache(maxsize=2)
 def rollup_sql(dialect: str) -> str:
     """:func:`rollup` as SQL over the view ``specledger_entries``."""
-    types = {"kind": "string", "deployment": "string", "team": "string", "currency": "string"}
-    schema = {c: types.get(c, "int64") for c in (*ROLLUP_KEYS, "gpu_ns", *(o for _, o in BASES))}
+    columns = (*ROLLUP_KEYS, "gpu_ns", *(o for _, o in BASES))
+    schema = {c: "string" if c in ENTRY_TEXT_COLUMNS else "int64" for c in columns}
     sql = str(ibis.to_sql(rollup(ibis.table(schema, name=_view("entries"))), dialect=dialect))
     return _typed(sql, (*ROLLUP_KEYS, "entries", "gpu_ns", *(o for _, o in BASES)))
 
@@ -154,33 +169,29 @@ class PlanEngine:
     def allocate_dataset(
         self,
         inputs: Mapping[str, pa.Table],
-        usage_parquet: str,
+        usage: str | ds.Dataset,
         out: Path,
         *,
         share_idle: bool,
     ) -> DatasetRun:
-        """Allocate with the usage read from a Parquet dataset, the entries written to one.
+        """Allocate with the usage read from Parquet, the entries written to Parquet.
 
-        The scale path: the engine reads the usage files itself (a glob over a partitioned
-        folder) and streams the entries to ``out/entries``, then reads them back for the
-        rollups (``out/rollups.parquet``), so no table of a month's requests passes through
-        Python. ``inputs`` holds the small tables (rows, deployments, replicas).
+        The scale path: the engine reads the usage itself (a glob over a partitioned folder,
+        or a store's dataset, whose records are read once per event id) and streams the
+        entries to ``out/entries``, then reads them back for the rollups
+        (``out/rollups.parquet``), so no table of a month's requests passes through Python.
+        ``inputs`` holds the small tables (rows, deployments, replicas).
         """
         small = {name: conform(name, inputs[name]) for name in SMALL_INPUTS}
         out.mkdir(parents=True, exist_ok=True)
         if self.name is EngineName.spark:
-            return self._spark_dataset(small, usage_parquet, out, share_idle=share_idle)
-        usage_columns = ", ".join(
-            f"CAST({c} AS {'BIGINT' if t == 'int64' else 'VARCHAR'}) AS {c}"
-            for c, t in INPUT_SCHEMAS["usage"].items()
-        )
+            if not isinstance(usage, str):
+                raise ValueError("Spark reads usage from a folder or glob, not a dataset object")
+            return self._spark_dataset(small, usage, out, share_idle=share_idle)
         entries_file = out / "entries" / "part-0.parquet"
         entries_file.parent.mkdir(parents=True, exist_ok=True)
         with self._duckdb(small) as con:
-            con.execute(
-                f"CREATE VIEW {_view('usage')} AS SELECT {usage_columns} "
-                f"FROM read_parquet({_quote(usage_parquet)})"
-            )
+            con.execute(f"CREATE VIEW {_view('usage')} AS {usage_sql(con, usage)}")
             entries_sql, pools_sql = _staged_plan_sql(con, share_idle=share_idle)
             con.execute(f"COPY ({entries_sql}) TO {_quote(str(entries_file))} (FORMAT parquet)")
             pool_rows = con.sql(pools_sql).to_arrow_table()
@@ -192,6 +203,11 @@ class PlanEngine:
             count = con.execute(f"SELECT count(*) FROM {_view('entries')}").fetchone()
         pq.write_table(rollups, out / "rollups.parquet")
         return DatasetRun(int(count[0]) if count else 0, pool_rows, rollups)
+
+    def rollups(self, entries: pa.Table) -> pa.Table:
+        """:func:`rollup` of an in-memory table of entries (plan.ENTRY_COLUMNS)."""
+        with self._duckdb({"entries": entries}) as con:
+            return con.sql(rollup_sql("duckdb")).to_arrow_table()
 
     def _duckdb(self, tables: Mapping[str, pa.Table]) -> duckdb.DuckDBPyConnection:
         con = duckdb.connect(config=dict(self.duckdb_options))
@@ -269,6 +285,22 @@ def _staged_plan_sql(con: duckdb.DuckDBPyConnection, *, share_idle: bool) -> tup
 
     entries, pool_rows = allocate_tables(_input_tables(), share_idle=share_idle, stage=stage)
     return _compiled(entries, pool_rows, "duckdb")
+
+
+def usage_sql(con: duckdb.DuckDBPyConnection, usage: str | ds.Dataset) -> str:
+    """The plan's usage input over Parquet files (a glob) or a dataset (read once per event
+    id, the lowest usage_ord kept: a store may hold a record twice)."""
+    columns = ", ".join(
+        f"CAST({c} AS {'BIGINT' if t == 'int64' else 'VARCHAR'}) AS {c}"
+        for c, t in INPUT_SCHEMAS["usage"].items()
+    )
+    if isinstance(usage, str):
+        return f"SELECT {columns} FROM read_parquet({_quote(usage)})"
+    con.register(_view("usage_files"), usage)
+    return (
+        f"SELECT {columns} FROM {_view('usage_files')} "
+        "QUALIFY row_number() OVER (PARTITION BY event_id ORDER BY usage_ord) = 1"
+    )
 
 
 def _checkpointed(backend: Any, session: Any) -> Callable[[ir.Table], ir.Table]:

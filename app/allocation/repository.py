@@ -40,6 +40,27 @@ def plan_inputs(
     tag_key: str,
 ) -> dict[str, pa.Table]:
     """The window's billing rows, the registry and the usage overlapping the rows."""
+    inputs = plan_inputs_without_usage(
+        session,
+        start=start,
+        end=end,
+        by_billing_period=by_billing_period,
+        booked_month=booked_month,
+        tag_key=tag_key,
+    )
+    return {**inputs, "usage": usage_between(session, *usage_span(inputs["rows"]))}
+
+
+def plan_inputs_without_usage(
+    session: Session,
+    *,
+    start: datetime,
+    end: datetime,
+    by_billing_period: bool,
+    booked_month: str,
+    tag_key: str,
+) -> dict[str, pa.Table]:
+    """The window's billing rows and the registry: the plan's small inputs."""
     rows = billing_rows(
         session,
         start=start,
@@ -48,18 +69,16 @@ def plan_inputs(
         booked_month=booked_month,
         tag_key=tag_key,
     )
-    if rows.num_rows:
-        first = int(np.min(rows["start_us"].to_numpy()))
-        last = int(np.max(rows["end_us"].to_numpy()))
-    else:
-        first = last = 0
     deployments, replicas = registry(session)
-    return {
-        "rows": rows,
-        "deployments": deployments,
-        "replicas": replicas,
-        "usage": usage_between(session, first, last),
-    }
+    return {"rows": rows, "deployments": deployments, "replicas": replicas}
+
+
+def usage_span(rows: pa.Table) -> tuple[int, int]:
+    """The epoch-microsecond span ``[first, last)`` the billing rows cover (0, 0 for none):
+    the usage the plan needs overlaps it."""
+    if not rows.num_rows:
+        return 0, 0
+    return int(np.min(rows["start_us"].to_numpy())), int(np.max(rows["end_us"].to_numpy()))
 
 
 def billing_rows(

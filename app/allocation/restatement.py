@@ -15,8 +15,10 @@ from sqlalchemy.orm import Session
 
 from app.allocation.engine import PlanEngine
 from app.allocation.windowing import Window, compute_window
+from app.domain.errors import InvalidInput
 from app.domain.ledger import AllocationMethod, EntryKind
 from app.domain.periods import Month
+from app.kit.epoch import to_us
 from app.ledger.repository import current_run_ids
 from app.models import AllocationRun, BillingDelivery, LedgerClosure, LedgerEntry
 
@@ -41,10 +43,15 @@ def billing_fingerprint(session: Session, month_start: object) -> str:
 
 
 def restatement_adjustments(
-    session: Session, *, run_id: int, month: str, tag_key: str, engine: PlanEngine | None = None
+    session: Session, *, month: str, tag_key: str, engine: PlanEngine | None = None
 ) -> tuple[pa.Table, list[str]]:
-    """Adjusting entries for every closed month before ``month`` whose billing changed and
-    whose first open month is ``month``."""
+    """Adjusting entries (shaped as the plan's) for every closed month before ``month``
+    whose billing changed and whose first open month is ``month``.
+
+    Raises:
+        InvalidInput: If such a month's run keeps its entries in a Parquet store (its
+            restatement is not built yet).
+    """
     closed = session.scalars(
         select(LedgerClosure).where(LedgerClosure.month < month).order_by(LedgerClosure.month)
     ).all()
@@ -58,9 +65,17 @@ def restatement_adjustments(
             session, window.start
         ) == closure.billing_fingerprint and not _has_adjustments(session, closure.month):
             continue
-        share_idle = session.scalar(
-            select(AllocationRun.share_idle).where(AllocationRun.id == closure.run_id)
-        )
+        share_idle, store_uri = session.execute(
+            select(AllocationRun.share_idle, AllocationRun.store_uri).where(
+                AllocationRun.id == closure.run_id
+            )
+        ).one()
+        if store_uri is not None:
+            raise InvalidInput(
+                f"the billing of closed month {closure.month} changed, and its entries are in "
+                f"the Parquet store {store_uri}: restating a month kept in a store is not "
+                "supported yet"
+            )
         target = _aggregate_computed(session, window, bool(share_idle), tag_key, engine)
         booked = _booked_for(session, closure.month, exclude_month=month)
         diff = {
@@ -72,10 +87,10 @@ def restatement_adjustments(
         }
         diff = {k: v for k, v in diff.items() if v != (0, 0)}
         if diff:
-            tables.append(_adjustment_table(run_id, month, closure.month, window, diff))
+            tables.append(_adjustment_table(month, closure.month, window, diff))
             adjusted.append(closure.month)
     return (
-        pa.concat_tables(tables) if tables else _adjustment_table(run_id, month, month, None, {})
+        pa.concat_tables(tables) if tables else _adjustment_table(month, month, None, {})
     ), adjusted
 
 
@@ -157,22 +172,23 @@ def _booked_for(session: Session, month: str, *, exclude_month: str) -> dict[Key
 
 
 def _adjustment_table(
-    run_id: int, month: str, corrects: str, window: Window | None, diff: dict[Key, tuple[int, int]]
+    month: str, corrects: str, window: Window | None, diff: dict[Key, tuple[int, int]]
 ) -> pa.Table:
+    """Adjusting entries shaped as the plan's (plan.ENTRY_COLUMNS)."""
     keys = sorted(diff, key=lambda k: tuple("" if x is None else str(x) for x in k))
     n = len(keys)
-    text, stamp = pa.string(), pa.timestamp("us", tz="UTC")
+    text = pa.string()
+    start_us, end_us = (
+        (int(v) for v in to_us([window.start, window.end])) if window else (None, None)
+    )
     return pa.table(
         {
-            "run_id": pa.array([run_id] * n, pa.int64()),
-            "booked_month": pa.array([month] * n, text),
-            "corrects_month": pa.array([corrects] * n, text),
             "kind": pa.array([EntryKind.adjustment] * n, text),
             "method": pa.array([AllocationMethod.restating(k[0]) for k in keys], text),
-            "billing_row_id": pa.nulls(n, pa.int64()),
             "pool_id": pa.nulls(n, pa.int64()),
-            "charge_period_start": pa.array([window.start if window else None] * n, stamp),
-            "charge_period_end": pa.array([window.end if window else None] * n, stamp),
+            "billing_row_id": pa.nulls(n, pa.int64()),
+            "start_us": pa.array([start_us] * n, pa.int64()),
+            "end_us": pa.array([end_us] * n, pa.int64()),
             "deployment": pa.array([k[1] for k in keys], text),
             "replica": pa.nulls(n, text),
             "event_id": pa.nulls(n, text),
@@ -184,5 +200,6 @@ def _adjustment_table(
             "list_cost_micros": pa.nulls(n, pa.int64()),
             "contracted_cost_micros": pa.nulls(n, pa.int64()),
             "currency": pa.array([k[4] for k in keys], text),
+            "corrects_month": pa.array([corrects] * n, text),
         }
     )

@@ -1,7 +1,9 @@
 """Allocation runs: join billing to usage, split every row, write the ledger atomically."""
 
+import tempfile
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -9,13 +11,20 @@ from sqlalchemy import delete, insert, update
 from sqlalchemy.orm import Session
 
 from app.allocation.engine import PlanEngine
+from app.allocation.repository import plan_inputs_without_usage, usage_span
 from app.allocation.restatement import restatement_adjustments
-from app.allocation.windowing import Computed, Window, compute_window
+from app.allocation.windowing import Window, compute_window
 from app.domain.errors import MonthClosed
 from app.domain.ledger import RunStatus
 from app.kit.bulk import bulk_insert
-from app.ledger.repository import current_run_id, current_window_run_id
-from app.models import AllocationRun, LedgerClosure, LedgerEntry, LedgerPoolRow
+from app.kit.dataset_store import DatasetStore
+from app.ledger.repository import (
+    current_run_id,
+    current_window_run_id,
+    store_entries_prefix,
+)
+from app.models import AllocationRun, LedgerClosure, LedgerEntry, LedgerPoolRow, LedgerRollup
+from app.usage.store import plan_usage
 
 
 @dataclass
@@ -39,25 +48,26 @@ def run_allocation(
     tag_key: str,
     now: datetime | None = None,
     engine: PlanEngine | None = None,
+    store: DatasetStore | None = None,
 ) -> RunSummary:
     """Allocate a window and replace its previous run, in the caller's unit of work.
 
-    Nothing is committed here: the run and its entries become the ledger of record when the
-    caller commits, and vanish if it rolls back.
+    Nothing is committed here: the run, its rollups and (without a store) its entries become
+    the ledger of record when the caller commits, and vanish if it rolls back. With a store,
+    usage is read from it and the entries are written to it under
+    ``entries/month=<booked>/run=<id>/``, files that no committed run names if the caller
+    rolls back.
 
     Raises:
         MonthClosed: If the window is a closed month.
     """
     now = now or datetime.now(UTC)
-    booked = window.booked_month
+    engine = engine or PlanEngine()
     if window.month and session.get(LedgerClosure, window.month):
         raise MonthClosed(
             f"{window.month} is closed; late billing for it is booked as "
             "adjustments when the next open month is allocated"
         )
-    computed = compute_window(
-        session, window, share_idle=share_idle, tag_key=tag_key, engine=engine
-    )
     replaced = _replace_previous(session, window, now)
     run_id = session.execute(
         insert(AllocationRun)
@@ -70,37 +80,111 @@ def run_allocation(
             created_at=now,
             entry_count=0,
             summary={},
+            store_uri=store.uri if store else None,
         )
         .returning(AllocationRun.id)
     ).scalar_one()
-    table = entries_table(run_id, booked, computed)
-    adjusted: list[str] = []
-    if window.month:
-        adjustments, adjusted = restatement_adjustments(
-            session, run_id=run_id, month=window.month, tag_key=tag_key, engine=engine
+    adjustments, adjusted = (
+        restatement_adjustments(session, month=window.month, tag_key=tag_key, engine=engine)
+        if window.month
+        else (None, [])
+    )
+    written = (
+        _allocate_to_store(session, store, window, run_id, adjustments, share_idle, tag_key, engine)
+        if store
+        else _allocate_to_database(
+            session, window, run_id, adjustments, share_idle, tag_key, engine
         )
-        table = pa.concat_tables([table, adjustments], promote_options="permissive")
-    bulk_insert(session.connection(), "ledger_entries", table)
-    bulk_insert(session.connection(), "ledger_pool_rows", pool_rows_table(run_id, computed))
+    )
+    conn = session.connection()
+    bulk_insert(conn, "ledger_rollups", _rollup_rows(run_id, window.booked_month, written.rollups))
+    bulk_insert(conn, "ledger_pool_rows", _pool_rows(run_id, written.pool_rows))
     summary = RunSummary(
         run_id,
         window,
         share_idle,
-        computed.rows,
-        table.num_rows,
+        written.rows,
+        written.entries,
         replaced,
         adjusted_months=adjusted,
     )
-    summary.totals = _totals(table)
+    summary.totals = _totals(written.rollups)
     session.execute(
         update(AllocationRun)
         .where(AllocationRun.id == run_id)
         .values(
-            entry_count=table.num_rows,
+            entry_count=written.entries,
             summary={"totals": summary.totals, "adjusted_months": adjusted},
+            store_files=written.store_files,
         )
     )
     return summary
+
+
+@dataclass(frozen=True, slots=True)
+class _Written:
+    rows: int
+    entries: int
+    pool_rows: pa.Table
+    rollups: pa.Table
+    store_files: dict[str, str] | None = None
+
+
+def _allocate_to_database(
+    session: Session,
+    window: Window,
+    run_id: int,
+    adjustments: pa.Table | None,
+    share_idle: bool,
+    tag_key: str,
+    engine: PlanEngine,
+) -> _Written:
+    computed = compute_window(
+        session, window, share_idle=share_idle, tag_key=tag_key, engine=engine
+    )
+    entries = computed.result.entries
+    if adjustments is not None:
+        entries = pa.concat_tables([entries, adjustments.cast(entries.schema)])
+    bulk_insert(
+        session.connection(), "ledger_entries", entries_table(run_id, window.booked_month, entries)
+    )
+    return _Written(
+        computed.rows, entries.num_rows, computed.result.pool_rows, engine.rollups(entries)
+    )
+
+
+def _allocate_to_store(
+    session: Session,
+    store: DatasetStore,
+    window: Window,
+    run_id: int,
+    adjustments: pa.Table | None,
+    share_idle: bool,
+    tag_key: str,
+    engine: PlanEngine,
+) -> _Written:
+    small = plan_inputs_without_usage(
+        session,
+        start=window.start,
+        end=window.end,
+        by_billing_period=window.month is not None,
+        booked_month=window.booked_month,
+        tag_key=tag_key,
+    )
+    first, last = usage_span(small["rows"])
+    prefix = store_entries_prefix(window.booked_month, run_id)
+    with tempfile.TemporaryDirectory(prefix="specledger-run-") as scratch:
+        out = Path(scratch)
+        run = engine.allocate_dataset(
+            small, plan_usage(store, first, last), out, share_idle=share_idle
+        )
+        files = store.upload(out / "entries", prefix)
+    rollups, entries = run.rollups, run.entries
+    if adjustments is not None and adjustments.num_rows:
+        files += store.write(adjustments, f"{prefix}/adjustments")
+        rollups = pa.concat_tables([rollups, engine.rollups(adjustments).cast(rollups.schema)])
+        entries += adjustments.num_rows
+    return _Written(small["rows"].num_rows, entries, run.pool_rows, rollups, store.checksums(files))
 
 
 def _replace_previous(session: Session, window: Window, now: datetime) -> int | None:
@@ -113,6 +197,7 @@ def _replace_previous(session: Session, window: Window, now: datetime) -> int | 
         return None
     session.execute(delete(LedgerEntry).where(LedgerEntry.run_id == previous))
     session.execute(delete(LedgerPoolRow).where(LedgerPoolRow.run_id == previous))
+    session.execute(delete(LedgerRollup).where(LedgerRollup.run_id == previous))
     session.execute(
         update(AllocationRun)
         .where(AllocationRun.id == previous)
@@ -121,9 +206,8 @@ def _replace_previous(session: Session, window: Window, now: datetime) -> int | 
     return previous
 
 
-def entries_table(run_id: int, booked: str, computed: Computed) -> pa.Table:
-    """The ledger_entries rows of a run, as an Arrow table ready for bulk insert."""
-    entries = computed.result.entries
+def entries_table(run_id: int, booked: str, entries: pa.Table) -> pa.Table:
+    """The ledger_entries rows of a run from the plan's entries, ready for bulk insert."""
     n = entries.num_rows
     stamp = pa.timestamp("us", tz="UTC")
     return pa.table(
@@ -152,9 +236,8 @@ def entries_table(run_id: int, booked: str, computed: Computed) -> pa.Table:
     )
 
 
-def pool_rows_table(run_id: int, computed: Computed) -> pa.Table:
+def _pool_rows(run_id: int, members: pa.Table) -> pa.Table:
     """The ledger_pool_rows of a run: the member rows of its pools of several rows."""
-    members = computed.result.pool_rows
     return pa.table(
         {
             "run_id": pa.array(np.full(members.num_rows, run_id, np.int64)),
@@ -164,8 +247,24 @@ def pool_rows_table(run_id: int, computed: Computed) -> pa.Table:
     )
 
 
-def _totals(table: pa.Table) -> dict[str, dict[str, int]]:
-    sums = table.group_by(["currency", "kind"]).aggregate([("effective_cost_micros", "sum")])
+def _rollup_rows(run_id: int, booked: str, rollups: pa.Table) -> pa.Table:
+    """The ledger_rollups rows of a run."""
+    n = rollups.num_rows
+    stamp = pa.timestamp("us", tz="UTC")
+    columns = {name: rollups[name] for name in rollups.column_names}
+    columns["charge_period_start"] = columns.pop("start_us").cast(stamp)
+    columns["charge_period_end"] = columns.pop("end_us").cast(stamp)
+    return pa.table(
+        {
+            "run_id": pa.array(np.full(n, run_id, np.int64)),
+            "booked_month": pa.array(np.full(n, booked, object), pa.string()),
+            **columns,
+        }
+    )
+
+
+def _totals(rollups: pa.Table) -> dict[str, dict[str, int]]:
+    sums = rollups.group_by(["currency", "kind"]).aggregate([("effective_cost_micros", "sum")])
     totals: dict[str, dict[str, int]] = {}
     for currency, kind, amount in zip(
         sums["currency"].to_pylist(),

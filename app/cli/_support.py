@@ -15,6 +15,7 @@ from app import migrate
 from app.db import make_engine
 from app.domain.errors import Invalid, SpecLedgerError
 from app.domain.periods import InvalidMonth, Month
+from app.kit.dataset_store import DatasetStore
 from app.settings import Settings
 
 err = Console(stderr=True)
@@ -94,3 +95,15 @@ def progress_bar(enabled: bool) -> Iterator[ProgressHook | None]:
             bar.update(task, description=description, completed=done, total=max(total, 1))
 
         yield hook
+
+
+def open_store(settings: Settings, uri: str | None = None) -> DatasetStore | None:
+    """The Parquet store an option or SPECLEDGER_LEDGER_STORE names, or None."""
+    uri = uri or settings.ledger_store
+    return DatasetStore.at(uri, s3_endpoint_url=settings.s3_endpoint_url) if uri else None
+
+
+STORE_HELP = (
+    "A folder or s3://bucket/prefix holding usage and ledger entries as hive-partitioned "
+    "Parquet (default: SPECLEDGER_LEDGER_STORE; unset, the database)."
+)

@@ -11,7 +11,15 @@ from sqlalchemy.orm import Session
 from app.allocation.engine import PlanEngine
 from app.allocation.service import run_allocation
 from app.allocation.windowing import Window
-from app.cli._support import as_utc, open_engine, parse_month, user_errors
+from app.cli._support import (
+    STORE_HELP,
+    UserError,
+    as_utc,
+    open_engine,
+    open_store,
+    parse_month,
+    user_errors,
+)
 from app.db import unit_of_work
 from app.deployments import service as registry
 from app.domain.ledger import Dimension, SharedPolicy
@@ -137,13 +145,16 @@ def allocate(
             "idle line."
         ),
     ] = False,
+    store: Annotated[str | None, typer.Option(help=STORE_HELP)] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
 ) -> None:
     """Allocate billing to requests, idle time and teams, and write the ledger.
 
     GPU instance rows are split by GPU-seconds per charge period; shared rows by each
     deployment's policy; rows that match no deployment stay unallocated. Re-running an open
-    month replaces its previous run atomically; a closed month is refused.
+    month replaces its previous run atomically; a closed month is refused. With a store,
+    usage is read from it and the entries are written to it; the database keeps the run,
+    its rollups and the checksums of its files.
     """
     window = window_from(month, start, end)
     settings = get_settings()
@@ -154,6 +165,7 @@ def allocate(
             share_idle=share_idle,
             tag_key=settings.billing_tag_key,
             engine=PlanEngine.of(settings),
+            store=open_store(settings, store),
         )
     totals = {
         c: {k: format_micros(v) for k, v in kinds.items()} for c, kinds in summary.totals.items()
@@ -200,6 +212,49 @@ def ledger_close(
     with user_errors(), open_engine(get_settings()) as engine, unit_of_work(engine) as session:
         closure = close_month(session, month)
     typer.echo(f"{month} closed (run {closure.run_id})")
+
+
+@ledger_app.command("verify")
+def ledger_verify(
+    month: Annotated[Month, typer.Argument(help="A closed month, YYYY-MM.", parser=parse_month)],
+) -> None:
+    """Prove a closed month's entry files in the Parquet store unchanged: every file the
+    closure recorded is hashed again and compared. Exit status 1 names each file that
+    changed or is missing."""
+    from app.ledger.service import verify_closed_month
+
+    settings = get_settings()
+    with user_errors(), open_engine(settings) as engine, Session(engine) as session:
+        result = verify_closed_month(session, month, s3_endpoint_url=settings.s3_endpoint_url)
+    for path in result.changed:
+        typer.echo(f"changed: {path}")
+    for path in result.missing:
+        typer.echo(f"missing: {path}")
+    if not result.ok:
+        raise typer.Exit(1)
+    typer.echo(f"{month}: {result.files} files in {result.store_uri} unchanged since the close")
+
+
+@ledger_app.command("store-usage")
+def ledger_store_usage(
+    month: Annotated[
+        Month, typer.Argument(help="Month of the requests to copy, YYYY-MM.", parser=parse_month)
+    ],
+    store: Annotated[str | None, typer.Option(help=STORE_HELP)] = None,
+) -> None:
+    """Copy a month's usage records from the database to the Parquet store (by arrival), for
+    moving a ledger to a store; the records keep their database ids as their tie-break
+    order, so both stores allocate them identically. Copying twice stores them twice; the
+    allocation reads each event id once."""
+    from app.usage.store import copy_from_database
+
+    settings = get_settings()
+    with user_errors(), open_engine(settings) as engine, Session(engine) as session:
+        target = open_store(settings, store)
+        if target is None:
+            raise UserError("name the store: --store DIR|s3://bucket/prefix")
+        copied = copy_from_database(session, target, month.start, month.end)
+    typer.echo(f"{copied} usage records of {month} copied to {target.uri}")
 
 
 @ledger_app.command("closed")

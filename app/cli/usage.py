@@ -18,17 +18,25 @@ def ingest_usage(
             readable=True,
         ),
     ],
+    store: Annotated[
+        str | None,
+        typer.Option(
+            help="Write the usage records to this Parquet store (a folder or "
+            "s3://bucket/prefix) instead of the database; default SPECLEDGER_LEDGER_STORE."
+        ),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
 ) -> None:
     """Load usage records idempotently: records whose event id is already stored are
     skipped, so loading a file twice changes nothing. A bad line rejects the input, naming
     the file and line, and nothing is written."""
-    from app.cli._support import open_engine, user_errors
+    from app.cli._support import open_engine, open_store, user_errors
     from app.settings import get_settings
     from ingest.usage import load_usage
 
-    with user_errors(), open_engine(get_settings()) as engine:
-        report = load_usage(engine, paths)
+    settings = get_settings()
+    with user_errors(), open_engine(settings) as engine:
+        report = load_usage(engine, paths, store=open_store(settings, store))
     if as_json:
         typer.echo(json.dumps(report.to_json(), indent=2))
     else:

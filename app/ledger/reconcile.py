@@ -11,7 +11,7 @@ from app.domain.ledger import CostLabel, EntryKind
 from app.domain.money import format_micros
 from app.domain.periods import Month
 from app.ledger.repository import current_run_id
-from app.models import BillingDelivery, BillingRow, LedgerEntry, LedgerPoolRow
+from app.models import BillingDelivery, BillingRow, LedgerPoolRow, LedgerRollup
 
 KINDS = (EntryKind.request, EntryKind.shared, EntryKind.idle, EntryKind.unallocated)
 """What a month's own run books, in report order (adjustments are kept apart)."""
@@ -123,30 +123,30 @@ def reconcile(session: Session, month: Month) -> Reconciliation:
         return result
     for currency, deployment, kind, eff, billed in session.execute(
         select(
-            LedgerEntry.currency,
-            LedgerEntry.deployment,
-            LedgerEntry.kind,
-            func.sum(LedgerEntry.effective_cost_micros),
-            func.sum(LedgerEntry.billed_cost_micros),
+            LedgerRollup.currency,
+            LedgerRollup.deployment,
+            LedgerRollup.kind,
+            func.sum(LedgerRollup.effective_cost_micros),
+            func.sum(LedgerRollup.billed_cost_micros),
         )
-        .where(LedgerEntry.run_id == run_id, LedgerEntry.kind != EntryKind.adjustment)
-        .group_by(LedgerEntry.currency, LedgerEntry.deployment, LedgerEntry.kind)
+        .where(LedgerRollup.run_id == run_id, LedgerRollup.kind != EntryKind.adjustment)
+        .group_by(LedgerRollup.currency, LedgerRollup.deployment, LedgerRollup.kind)
     ):
         result.ledger[(currency, deployment, kind)] = Line(int(eff), int(billed))
     for currency, corrects, eff, billed in session.execute(
         select(
-            LedgerEntry.currency,
-            LedgerEntry.corrects_month,
-            func.sum(LedgerEntry.effective_cost_micros),
-            func.sum(LedgerEntry.billed_cost_micros),
+            LedgerRollup.currency,
+            LedgerRollup.corrects_month,
+            func.sum(LedgerRollup.effective_cost_micros),
+            func.sum(LedgerRollup.billed_cost_micros),
         )
-        .where(LedgerEntry.run_id == run_id, LedgerEntry.kind == EntryKind.adjustment)
-        .group_by(LedgerEntry.currency, LedgerEntry.corrects_month)
+        .where(LedgerRollup.run_id == run_id, LedgerRollup.kind == EntryKind.adjustment)
+        .group_by(LedgerRollup.currency, LedgerRollup.corrects_month)
     ):
         result.adjustments[(currency, corrects or "")] = Line(int(eff), int(billed))
     allocated_ids = (
-        select(LedgerEntry.billing_row_id)
-        .where(LedgerEntry.run_id == run_id, LedgerEntry.billing_row_id.is_not(None))
+        select(LedgerRollup.billing_row_id)
+        .where(LedgerRollup.run_id == run_id, LedgerRollup.billing_row_id.is_not(None))
         .union(select(LedgerPoolRow.billing_row_id).where(LedgerPoolRow.run_id == run_id))
     )
     result.pending_rows = (
@@ -174,8 +174,13 @@ def reconcile(session: Session, month: Month) -> Reconciliation:
         }
         for r in session.execute(
             select(BillingRow)
-            .join(LedgerEntry, LedgerEntry.billing_row_id == BillingRow.id)
-            .where(LedgerEntry.run_id == run_id, LedgerEntry.kind == EntryKind.unallocated)
+            .where(
+                BillingRow.id.in_(
+                    select(LedgerRollup.billing_row_id).where(
+                        LedgerRollup.run_id == run_id, LedgerRollup.kind == EntryKind.unallocated
+                    )
+                )
+            )
             .order_by(BillingRow.id)
         ).scalars()
     ]

@@ -48,3 +48,8 @@ def allocated_months(session: Session) -> list[str]:
         )
         if month
     )
+
+
+def store_entries_prefix(month: str, run_id: int) -> str:
+    """Where a run's entries live in a Parquet store (relative to the store)."""
+    return f"entries/month={month}/run={run_id}"

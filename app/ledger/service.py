@@ -1,15 +1,17 @@
 """Closing months: a closed month's ledger is frozen (the database refuses changes)."""
 
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.allocation.restatement import billing_fingerprint
-from app.domain.errors import Conflict, MonthClosed
+from app.domain.errors import Conflict, MonthClosed, NotFound
 from app.domain.periods import Month
-from app.ledger.repository import current_run_id
-from app.models import LedgerClosure
+from app.kit.dataset_store import DatasetStore
+from app.ledger.repository import current_run_id, store_entries_prefix
+from app.models import AllocationRun, LedgerClosure
 
 
 class MonthNotAllocated(Conflict):
@@ -36,6 +38,9 @@ def close_month(session: Session, month: Month, *, now: datetime | None = None) 
         closed_at=now or datetime.now(UTC),
         run_id=run_id,
         billing_fingerprint=billing_fingerprint(session, month.start),
+        store_files=session.scalar(
+            select(AllocationRun.store_files).where(AllocationRun.id == run_id)
+        ),
     )
     session.add(closure)
     session.flush()
@@ -45,3 +50,45 @@ def close_month(session: Session, month: Month, *, now: datetime | None = None) 
 def closed_months(session: Session) -> list[LedgerClosure]:
     """Every closed month, oldest first."""
     return list(session.scalars(select(LedgerClosure).order_by(LedgerClosure.month)))
+
+
+@dataclass(frozen=True, slots=True)
+class Verification:
+    store_uri: str
+    files: int
+    changed: list[str]
+    missing: list[str]
+
+    @property
+    def ok(self) -> bool:
+        return not self.changed and not self.missing
+
+
+def verify_closed_month(
+    session: Session, month: Month, *, s3_endpoint_url: str | None = None
+) -> Verification:
+    """Hash a closed month's entry files again and compare them with the closure's record.
+
+    Raises:
+        NotFound: If the month is not closed.
+        Conflict: If its run keeps its entries in the database (the database's triggers
+            guard those).
+    """
+    closure = session.get(LedgerClosure, str(month))
+    if closure is None:
+        raise NotFound(f"{month} is not closed")
+    store_uri = session.scalar(
+        select(AllocationRun.store_uri).where(AllocationRun.id == closure.run_id)
+    )
+    if store_uri is None or closure.store_files is None:
+        raise Conflict(
+            f"{month}'s entries are in the database, whose triggers refuse changes to a "
+            "closed month; there are no store files to verify"
+        )
+    store = DatasetStore.at(store_uri, s3_endpoint_url=s3_endpoint_url)
+    present = set(store.files(store_entries_prefix(closure.month, closure.run_id)))
+    recorded = closure.store_files
+    missing = sorted(p for p in recorded if p not in present)
+    now = store.checksums(p for p in recorded if p in present)
+    changed = sorted(p for p, digest in now.items() if digest != recorded[p])
+    return Verification(store_uri, len(recorded), changed, missing)

@@ -3,7 +3,13 @@
 from app.models.api_key import ApiKey
 from app.models.billing import BillingDelivery, BillingRow
 from app.models.deployment import Deployment, Replica
-from app.models.ledger import AllocationRun, LedgerClosure, LedgerEntry, LedgerPoolRow
+from app.models.ledger import (
+    AllocationRun,
+    LedgerClosure,
+    LedgerEntry,
+    LedgerPoolRow,
+    LedgerRollup,
+)
 from app.models.sweep import Sweep, SweepPointRecord
 from app.models.usage import ReplicaIdle, UsageRecord
 
@@ -16,6 +22,7 @@ __all__ = [
     "LedgerClosure",
     "LedgerEntry",
     "LedgerPoolRow",
+    "LedgerRollup",
     "Replica",
     "ReplicaIdle",
     "Sweep",

@@ -3,12 +3,12 @@
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import BigInteger, ForeignKey, Index, Integer, String
+from sqlalchemy import BigInteger, ForeignKey, Index, Integer, String, Text
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.db import Base, BigIntId, StrEnumType, UTCDateTime
 from app.domain.ledger import AllocationMethod, EntryKind, RunStatus
-from app.models.billing import JsonType
+from app.models.billing import JsonText, JsonType
 
 
 class AllocationRun(Base):
@@ -27,6 +27,11 @@ class AllocationRun(Base):
     replaced_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
     entry_count: Mapped[int] = mapped_column(Integer, default=0)
     summary: Mapped[dict[str, Any]] = mapped_column(JsonType, default=dict)
+    store_uri: Mapped[str | None] = mapped_column(Text, nullable=True)
+    """The Parquet store (folder or ``s3://`` prefix) that holds the run's entries; None
+    when they are in ``ledger_entries``."""
+    store_files: Mapped[dict[str, str] | None] = mapped_column(JsonText, nullable=True)
+    """The run's entry files in the store, relative to it, with their SHA-256."""
 
 
 class LedgerEntry(Base):
@@ -94,3 +99,34 @@ class LedgerClosure(Base):
     run_id: Mapped[int] = mapped_column(BigInteger, ForeignKey("allocation_runs.id"))
     billing_fingerprint: Mapped[str] = mapped_column(String(64))
     """Hash of the billing the month was closed on: a change means a restatement."""
+    store_files: Mapped[dict[str, str] | None] = mapped_column(JsonText, nullable=True)
+    """For a run in a Parquet store: its files and their SHA-256 when the month closed."""
+
+
+class LedgerRollup(Base):
+    """A run's entries summed per pool, charge period, deployment, team, kind, method,
+    currency and corrected month: what reconciliation and reports read, whether the entries
+    are in the database or in a Parquet store."""
+
+    __tablename__ = "ledger_rollups"
+    __table_args__ = (Index("ix_ledger_rollups_run", "run_id"),)
+
+    id: Mapped[int] = mapped_column(BigIntId, primary_key=True, autoincrement=True)
+    run_id: Mapped[int] = mapped_column(BigInteger)
+    booked_month: Mapped[str] = mapped_column(String(7))
+    pool_id: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    billing_row_id: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    charge_period_start: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    charge_period_end: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    deployment: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    team: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    kind: Mapped[EntryKind] = mapped_column(StrEnumType(EntryKind, 16))
+    method: Mapped[AllocationMethod] = mapped_column(StrEnumType(AllocationMethod, 32))
+    currency: Mapped[str] = mapped_column(String(8))
+    corrects_month: Mapped[str | None] = mapped_column(String(7), nullable=True)
+    entries: Mapped[int] = mapped_column(BigInteger)
+    gpu_ns: Mapped[int] = mapped_column(BigInteger)
+    effective_cost_micros: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    billed_cost_micros: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    list_cost_micros: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    contracted_cost_micros: Mapped[int | None] = mapped_column(BigInteger, nullable=True)

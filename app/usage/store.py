@@ -1,0 +1,160 @@
+"""Usage records in a Parquet store: ``usage/month=YYYY-MM/deployment=D/hour=YYYY-MM-DDTHH``.
+
+The store keeps what the allocation plan reads (app.allocation.plan's usage input) and the
+token counts unit costs need. ``usage_ord`` orders requests that tie in the largest
+remainder split (same remainder, same arrival microsecond): a record copied from the
+database keeps its id there, one written by the proxy or from a JSONL log gets the first 63
+bits of the SHA-256 of its event id, so the order is the same whoever writes it. A record
+written twice (a log loaded after the proxy wrote it) is read once: the plan's reader keeps
+the lowest ``usage_ord`` per event id.
+"""
+
+import hashlib
+from collections.abc import Iterator, Sequence
+from datetime import UTC, datetime
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+from sqlalchemy import DateTime, select, type_coerce
+from sqlalchemy.orm import Session
+
+from app.domain.usage import UsageEvent
+from app.kit.dataset_store import DatasetStore
+from app.kit.epoch import to_us
+from app.models import UsageRecord
+
+USAGE_PREFIX = "usage"
+PARTITIONS = {"month": pa.string(), "deployment": pa.string(), "hour": pa.string()}
+"""Hive partition columns of the usage dataset, outermost first."""
+SCHEMA = pa.schema(
+    [
+        ("usage_ord", pa.int64()),
+        ("event_id", pa.string()),
+        ("session_id", pa.string()),
+        ("team", pa.string()),
+        ("cost_center", pa.string()),
+        ("deployment", pa.string()),
+        ("replica", pa.string()),
+        ("arrived_us", pa.int64()),
+        ("finished_us", pa.int64()),
+        ("gpu_ns", pa.int64()),
+        ("prompt_tokens", pa.int64()),
+        ("completion_tokens", pa.int64()),
+        ("draft_tokens", pa.int64()),
+        ("accepted_tokens", pa.int64()),
+        ("status", pa.string()),
+    ]
+)
+"""The columns of a usage file (besides its partitions)."""
+_COPY_BATCH_ROWS = 200_000
+_PLAIN = DateTime(timezone=True)
+
+
+def event_ord(event_id: str) -> int:
+    """The tie-break order of a record written outside the database: 63 bits of its id's
+    SHA-256 (stable across writers and runs)."""
+    return int.from_bytes(hashlib.sha256(event_id.encode()).digest()[:8], "big") >> 1
+
+
+def events_table(events: Sequence[UsageEvent]) -> pa.Table:
+    """Usage events as the store's columns."""
+    columns: dict[str, list[object]] = {
+        "usage_ord": [event_ord(e.event_id) for e in events],
+        "event_id": [e.event_id for e in events],
+        "session_id": [e.session_id for e in events],
+        "team": [e.team for e in events],
+        "cost_center": [e.cost_center for e in events],
+        "deployment": [e.deployment for e in events],
+        "replica": [e.replica for e in events],
+        "arrived_us": list(to_us([e.arrived_at for e in events])),
+        "finished_us": list(to_us([e.finished_at for e in events])),
+        "gpu_ns": [e.gpu_ns for e in events],
+        "prompt_tokens": [e.prompt_tokens for e in events],
+        "completion_tokens": [e.completion_tokens for e in events],
+        "draft_tokens": [e.draft_tokens for e in events],
+        "accepted_tokens": [e.accepted_tokens for e in events],
+        "status": [str(e.status) for e in events],
+    }
+    return pa.table(columns, schema=SCHEMA)
+
+
+def write_usage(store: DatasetStore, table: pa.Table) -> list[str]:
+    """Append usage rows (the store's columns) as new files, partitioned by month,
+    deployment and hour of arrival. Returns the files written."""
+    if table.num_rows == 0:
+        return []
+    arrived = table["arrived_us"].cast(pa.timestamp("us", tz="UTC"))
+    partitioned = table.append_column("month", pc.strftime(arrived, "%Y-%m")).append_column(
+        "hour", pc.strftime(arrived, "%Y-%m-%dT%H")
+    )
+    return store.write(partitioned, USAGE_PREFIX, partitions=list(PARTITIONS))
+
+
+def copy_from_database(
+    session: Session, store: DatasetStore, start: datetime, end: datetime
+) -> int:
+    """Copy the database's usage arriving in ``[start, end)`` to the store (ids kept as
+    ``usage_ord``). Returns the records copied."""
+    copied = 0
+    for batch in _database_batches(session, start, end):
+        write_usage(store, batch)
+        copied += batch.num_rows
+    return copied
+
+
+def _database_batches(session: Session, start: datetime, end: datetime) -> Iterator[pa.Table]:
+    columns = [
+        UsageRecord.id,
+        UsageRecord.event_id,
+        UsageRecord.session_id,
+        UsageRecord.team,
+        UsageRecord.cost_center,
+        UsageRecord.deployment,
+        UsageRecord.replica,
+        type_coerce(UsageRecord.arrived_at, _PLAIN),
+        type_coerce(UsageRecord.finished_at, _PLAIN),
+        UsageRecord.gpu_ns,
+        UsageRecord.prompt_tokens,
+        UsageRecord.completion_tokens,
+        UsageRecord.draft_tokens,
+        UsageRecord.accepted_tokens,
+        UsageRecord.status,
+    ]
+    query = (
+        select(*columns)
+        .where(UsageRecord.arrived_at >= start, UsageRecord.arrived_at < end)
+        .order_by(UsageRecord.id)
+        .execution_options(yield_per=_COPY_BATCH_ROWS)
+    )
+    for rows in session.execute(query).partitions():
+        values = list(zip(*rows, strict=True))
+        values[7], values[8] = to_us(values[7]), to_us(values[8])
+        yield pa.table(
+            [pa.array(v, f.type) for v, f in zip(values, SCHEMA, strict=True)], schema=SCHEMA
+        )
+
+
+def plan_usage(store: DatasetStore, first_us: int, last_us: int) -> ds.Dataset:
+    """The store's requests overlapping ``[first_us, last_us)``: month partitions from the
+    month before the first (a request may start there) to the last's, then by time."""
+    dataset = store.dataset(USAGE_PREFIX, PARTITIONS)
+    if not dataset.files:
+        return ds.dataset(pa.table({f.name: pa.array([], f.type) for f in SCHEMA}))
+    months = _months_between(first_us, last_us)
+    return dataset.filter(
+        pc.field("month").isin(months)
+        & (pc.field("finished_us") >= first_us)
+        & (pc.field("arrived_us") < last_us)
+    )
+
+
+def _months_between(first_us: int, last_us: int) -> list[str]:
+    first = datetime.fromtimestamp(first_us / 1e6, UTC)
+    last = datetime.fromtimestamp(max(last_us, first_us) / 1e6, UTC)
+    year, month = (first.year, first.month - 1) if first.month > 1 else (first.year - 1, 12)
+    months = []
+    while (year, month) <= (last.year, last.month):
+        months.append(f"{year:04d}-{month:02d}")
+        year, month = (year, month + 1) if month < 12 else (year + 1, 1)
+    return months

@@ -1,0 +1,222 @@
+"""The ledger in a Parquet store (a folder, or S3 over HTTP against moto's server): the same
+entries, rollups and reconciliation as the database, files proven unchanged after a close.
+
+Each example writes a generated month into the database, allocates it there, copies its
+usage to a fresh store and allocates it again from the store (the run replaces the first),
+all inside a savepoint rolled back afterwards."""
+
+import uuid
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from app.allocation.engine import usage_sql
+from app.allocation.plan import ENTRY_COLUMNS
+from app.allocation.service import run_allocation
+from app.allocation.windowing import Window
+from app.deployments.service import add_deployment, add_replica
+from app.domain.errors import InvalidInput
+from app.domain.periods import Month
+from app.domain.usage import UsageEvent
+from app.kit.dataset_store import DatasetStore, StoreError
+from app.ledger.reconcile import reconcile
+from app.ledger.repository import store_entries_prefix
+from app.ledger.service import close_month, verify_closed_month
+from app.models import LedgerEntry, LedgerRollup
+from app.usage.store import (
+    copy_from_database,
+    event_ord,
+    events_table,
+    plan_usage,
+    write_usage,
+)
+from tests.allocation.scenarios import MONTH_START, TAG, months
+from tests.allocation.scenarios import Month as GeneratedMonth
+from tests.allocation.scenarios import store as put_in_database
+from tests.allocation.test_ledger_close import _ingest
+from tests.factories import at, insert_usage, usage_record
+from tests.ingest.helpers import focus_row
+
+OCTOBER = Month.parse("2026-10")
+
+
+def _window() -> Window:
+    return Window.of_month(OCTOBER)
+
+
+def _copy_usage(session: Session, parquet: DatasetStore) -> int:
+    return copy_from_database(
+        session, parquet, MONTH_START - timedelta(days=31), MONTH_START + timedelta(days=62)
+    )
+
+
+def _rollups(session: Session, run_id: int) -> list[dict[str, Any]]:
+    columns = [c for c in LedgerRollup.__table__.columns if c.name not in ("id", "run_id")]
+    rows = session.execute(select(*columns).where(LedgerRollup.run_id == run_id)).all()
+    return sorted((dict(r._mapping) for r in rows), key=repr)
+
+
+def _store_entries(parquet: DatasetStore, run_id: int) -> list[dict[str, Any]]:
+    table = parquet.dataset(store_entries_prefix("2026-10", run_id), {}).to_table()
+    return _sorted(table.select(list(ENTRY_COLUMNS)))
+
+
+def _database_entries(session: Session, run_id: int) -> list[dict[str, Any]]:
+    columns = [LedgerEntry.__table__.c[c] for c in ENTRY_COLUMNS if c not in ("start_us", "end_us")]
+    rows = session.execute(
+        select(*columns, LedgerEntry.charge_period_start, LedgerEntry.charge_period_end).where(
+            LedgerEntry.run_id == run_id
+        )
+    ).all()
+    records = []
+    for row in rows:
+        record = dict(row._mapping)
+        start, end = record.pop("charge_period_start"), record.pop("charge_period_end")
+        record["start_us"] = int(start.timestamp() * 1_000_000) if start else None
+        record["end_us"] = int(end.timestamp() * 1_000_000) if end else None
+        records.append({c: _plain(record[c]) for c in ENTRY_COLUMNS})
+    return sorted(records, key=repr)
+
+
+def _plain(value: Any) -> Any:
+    return str(value) if isinstance(value, str) else value
+
+
+def _sorted(table: pa.Table) -> list[dict[str, Any]]:
+    return sorted(table.to_pylist(), key=repr)
+
+
+def _without_run(report: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in report.items() if k != "run_id"}
+
+
+@settings(
+    max_examples=6,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(month=months(max_scenarios=6), share_idle=st.booleans())
+def test_a_store_allocates_as_the_database_does(
+    session: Session, tmp_path: Path, month: GeneratedMonth, share_idle: bool
+) -> None:
+    folder = tmp_path / uuid.uuid4().hex
+    folder.mkdir()
+    with session.begin_nested() as savepoint:
+        put_in_database(session, month, folder)
+        in_database = run_allocation(session, _window(), share_idle=share_idle, tag_key=TAG)
+        database_entries = _database_entries(session, in_database.run_id)
+        database_rollups = _rollups(session, in_database.run_id)
+        database_report = reconcile(session, OCTOBER).to_json()
+        parquet = DatasetStore.at(str(folder / "store"))
+        assert _copy_usage(session, parquet) == len(month.requests)
+        in_store = run_allocation(
+            session, _window(), share_idle=share_idle, tag_key=TAG, store=parquet
+        )
+        assert in_store.replaced_run_id == in_database.run_id
+        assert session.scalar(select(LedgerEntry.id).limit(1)) is None
+        assert _store_entries(parquet, in_store.run_id) == database_entries
+        assert _rollups(session, in_store.run_id) == database_rollups
+        assert _without_run(reconcile(session, OCTOBER).to_json()) == _without_run(database_report)
+        assert (in_store.entries, in_store.totals) == (in_database.entries, in_database.totals)
+        savepoint.rollback()
+
+
+def test_a_record_in_the_store_twice_is_allocated_once(tmp_path: Path) -> None:
+    parquet = DatasetStore.at(str(tmp_path / "store"))
+    event = _event()
+    write_usage(parquet, events_table([event]))
+    write_usage(parquet, events_table([event]))
+    start_us = int(at(0).timestamp() * 1e6)
+    dataset = plan_usage(parquet, start_us, start_us + 3_600_000_000)
+    assert dataset.count_rows() == 2
+    con = duckdb.connect()
+    assert con.sql(usage_sql(con, dataset)).fetchall() == [
+        (
+            event_ord(event.event_id),
+            event.event_id,
+            "a",
+            "search",
+            "d1",
+            "r1",
+            start_us + 300_000_000,
+            start_us + 302_000_000,
+            10**9,
+        )
+    ]
+
+
+def _event() -> UsageEvent:
+    return UsageEvent(**usage_record(arrived=at(0, 5), gpu_ns=10**9, session_id="a"))
+
+
+def test_a_closed_month_in_a_store_is_proven_unchanged_and_tampering_is_found(
+    session: Session, tmp_path: Path
+) -> None:
+    parquet = _allocated_october_in_store(session, tmp_path)
+    closure = close_month(session, OCTOBER)
+    assert closure.store_files
+    assert verify_closed_month(session, OCTOBER).ok
+    first = sorted(closure.store_files)[0]
+    table = pq.read_table(parquet.path(first))
+    pq.write_table(table.slice(0, max(table.num_rows - 1, 0)), parquet.path(first))
+    changed = verify_closed_month(session, OCTOBER)
+    assert (changed.ok, changed.changed, changed.missing) == (False, [first], [])
+    Path(parquet.path(first)).unlink()
+    assert verify_closed_month(session, OCTOBER).missing == [first]
+
+
+def test_a_restatement_of_a_month_in_a_store_is_refused_clearly(
+    session: Session, tmp_path: Path
+) -> None:
+    parquet = _allocated_october_in_store(session, tmp_path)
+    close_month(session, OCTOBER)
+    # AWS restates October (a newer delivery of its billing period).
+    _ingest(session, tmp_path / "oct-restated.csv", [focus_row(hour=0, cost="12.00")])
+    with pytest.raises(InvalidInput, match="restating a month kept in a store"):
+        run_allocation(
+            session,
+            Window.of_month(Month.parse("2026-11")),
+            share_idle=False,
+            tag_key=TAG,
+            store=parquet,
+        )
+
+
+def _allocated_october_in_store(session: Session, tmp_path: Path) -> DatasetStore:
+    _ingest(
+        session,
+        tmp_path / "oct.csv",
+        [focus_row(hour=h, cost="10.00") for h in range(2)],
+        age_s=3600,
+    )
+    add_deployment(session, name="d1")
+    add_replica(session, deployment="d1", name="r1", gpus=1)
+    insert_usage(
+        session.connection(),
+        [usage_record(arrived=at(h, 5), gpu_ns=900 * 10**9, team="search") for h in range(2)],
+    )
+    parquet = DatasetStore.at(str(tmp_path / "store"))
+    assert _copy_usage(session, parquet) == 2
+    run_allocation(session, _window(), share_idle=False, tag_key=TAG, store=parquet)
+    return parquet
+
+
+def test_a_store_address_that_cannot_be_used_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(StoreError, match="s3:// store needs a bucket"):
+        DatasetStore.at("s3://")
+    with pytest.raises(StoreError, match="use a folder or an s3:// URI"):
+        DatasetStore.at("gs://bucket/ledger")
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    parquet = DatasetStore(str(blocker), DatasetStore.at(str(tmp_path)).fs, blocker.as_posix())
+    with pytest.raises(StoreError, match=f"store {blocker}: cannot write usage"):
+        write_usage(parquet, events_table([_event()]))
