@@ -1,6 +1,7 @@
 """Shared fixtures: every database test runs on SQLite and on PostgreSQL, through migrations."""
 
 import os
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -154,3 +155,17 @@ def pytest_configure(config: pytest.Config) -> None:
     # xdist registers this marker itself; without xdist (``-p no:xdist``) --strict-markers
     # would reject the tests that carry it.
     config.addinivalue_line("markers", "xdist_group(name): run in one xdist worker")
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint() -> Iterator[str]:
+    """moto's S3 server over HTTP on a free local port (boto3 and pyarrow are not patched)."""
+    from moto.server import ThreadedMotoServer
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    yield f"http://127.0.0.1:{port}"
+    server.stop()

@@ -76,8 +76,20 @@ def proxy(
         typer.Option("--jsonl", help="Also append every usage record to this JSONL file."),
     ] = None,
     no_db: Annotated[
-        bool, typer.Option("--no-db", help="Write usage only to --jsonl, not to the database.")
+        bool,
+        typer.Option(
+            "--no-db", help="Write usage only to --jsonl or --store, not to the database."
+        ),
     ] = False,
+    store: Annotated[
+        str | None,
+        typer.Option(
+            help="Write usage records as hourly Parquet files to this store (a folder or "
+            "s3://bucket/prefix: usage/month=/deployment=/hour=), not to the database; "
+            "default SPECLEDGER_LEDGER_STORE. Pair it with --jsonl: records of an hour not "
+            "yet written at a crash are in the log."
+        ),
+    ] = None,
     read_timeout: Annotated[
         float,
         typer.Option(help="Seconds to wait for a response or between two chunks of a stream."),
@@ -129,8 +141,9 @@ def proxy(
         replicas.append(ReplicaSpec.from_engine(engine_config, gpus=engine_gpus))
     if not replicas:
         raise typer.BadParameter("give at least one --replica or --engine")
-    if no_db and jsonl is None:
-        raise typer.BadParameter("--no-db needs --jsonl, or the usage would go nowhere")
+    store = store or settings.ledger_store
+    if no_db and jsonl is None and store is None:
+        raise typer.BadParameter("--no-db needs --jsonl or --store, or the usage would go nowhere")
     database_url = None if no_db else settings.database_url
     if database_url is not None:
         with user_errors(), open_engine(settings):
@@ -141,6 +154,8 @@ def proxy(
             database_url=database_url,
             jsonl_path=jsonl,
             spill_path=settings.data_dir / "usage-spill.jsonl",
+            store_uri=store,
+            s3_endpoint_url=settings.s3_endpoint_url,
             read_timeout_s=read_timeout,
             idle_window_s=idle_window,
             speculate_up_to=speculate_up_to,

@@ -126,7 +126,8 @@ class LedgerRollup(Base):
     corrects_month: Mapped[str | None] = mapped_column(String(7), nullable=True)
     entries: Mapped[int] = mapped_column(BigInteger)
     gpu_ns: Mapped[int] = mapped_column(BigInteger)
-    effective_cost_micros: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
-    billed_cost_micros: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    effective_cost_micros: Mapped[int] = mapped_column(BigInteger)
+    billed_cost_micros: Mapped[int] = mapped_column(BigInteger)
     list_cost_micros: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    """None where the run's entries had no ListCost (entries before migration 0007)."""
     contracted_cost_micros: Mapped[int | None] = mapped_column(BigInteger, nullable=True)

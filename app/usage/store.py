@@ -12,6 +12,7 @@ the lowest ``usage_ord`` per event id.
 import hashlib
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -128,7 +129,7 @@ def _database_batches(session: Session, start: datetime, end: datetime) -> Itera
         .execution_options(yield_per=_COPY_BATCH_ROWS)
     )
     for rows in session.execute(query).partitions():
-        values = list(zip(*rows, strict=True))
+        values: list[Any] = list(zip(*rows, strict=True))
         values[7], values[8] = to_us(values[7]), to_us(values[8])
         yield pa.table(
             [pa.array(v, f.type) for v, f in zip(values, SCHEMA, strict=True)], schema=SCHEMA
@@ -158,3 +159,62 @@ def _months_between(first_us: int, last_us: int) -> list[str]:
         months.append(f"{year:04d}-{month:02d}")
         year, month = (year, month + 1) if month < 12 else (year + 1, 1)
     return months
+
+
+class HourlyUsageFiles:
+    """Usage records buffered per hour of arrival and written to the store as one file per
+    hour and deployment once the hour is over (plus ``grace_s``, for requests still
+    finishing), or sooner when an hour holds ``max_rows``. Not thread-safe: one writer
+    thread (the proxy's usage sink) owns it."""
+
+    def __init__(self, store: DatasetStore, *, max_rows: int = 100_000, grace_s: float = 120):
+        self.store = store
+        self.max_rows = max_rows
+        self.grace_us = int(grace_s * 1e6)
+        self._hours: dict[int, list[UsageEvent]] = {}
+        self.files = 0
+        self.rows = 0
+
+    def add(self, events: Sequence[UsageEvent]) -> None:
+        for event in events:
+            hour = int(to_us([event.arrived_at])[0]) // _HOUR_US * _HOUR_US
+            self._hours.setdefault(hour, []).append(event)
+
+    @property
+    def buffered(self) -> int:
+        return sum(len(events) for events in self._hours.values())
+
+    def write_due(self, now: datetime) -> int:
+        """Write the hours that are over, and any hour holding ``max_rows``; returns the
+        records written.
+
+        Raises:
+            StoreError: If the store refuses a write (the records stay buffered).
+        """
+        now_us = int(to_us([now])[0])
+        due = [
+            hour
+            for hour, events in self._hours.items()
+            if hour + _HOUR_US + self.grace_us <= now_us or len(events) >= self.max_rows
+        ]
+        return sum(self._write(hour) for hour in sorted(due))
+
+    def write_all(self) -> int:
+        """Write every buffered hour (at shutdown)."""
+        return sum(self._write(hour) for hour in sorted(self._hours))
+
+    def take_all(self) -> list[UsageEvent]:
+        """Give up the buffered records (to spill them elsewhere)."""
+        events = [e for hour in sorted(self._hours) for e in self._hours[hour]]
+        self._hours.clear()
+        return events
+
+    def _write(self, hour: int) -> int:
+        events = self._hours[hour]
+        self.files += len(write_usage(self.store, events_table(events)))
+        del self._hours[hour]
+        self.rows += len(events)
+        return len(events)
+
+
+_HOUR_US = 3_600_000_000

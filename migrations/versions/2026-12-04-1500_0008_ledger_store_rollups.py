@@ -44,6 +44,9 @@ _COSTS = (
     "contracted_cost_micros",
 )
 
+_SET_COSTS = ("effective_cost_micros", "billed_cost_micros")
+"""Every entry has these; list and contracted cost are null in entries older than 0007."""
+
 
 def upgrade() -> None:
     if op.get_bind().dialect.name == "postgresql":
@@ -68,7 +71,7 @@ def upgrade() -> None:
         sa.Column("corrects_month", sa.String(7), nullable=True),
         sa.Column("entries", sa.BigInteger(), nullable=False),
         sa.Column("gpu_ns", sa.BigInteger(), nullable=False),
-        *(sa.Column(c, sa.BigInteger(), nullable=True) for c in _COSTS),
+        *(sa.Column(c, sa.BigInteger(), nullable=c not in _SET_COSTS) for c in _COSTS),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_ledger_rollups")),
     )
     op.create_index("ix_ledger_rollups_run", "ledger_rollups", ["run_id"])

@@ -34,6 +34,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from app.db import make_engine
 from app.domain.gpu_seconds import ReplicaMeter
+from app.kit.dataset_store import DatasetStore
 from serving.proxy.config import ProxyConfig, ReplicaSpec
 from serving.proxy.metrics import ProxyMetrics
 from serving.proxy.relay import error_body, forward, forward_headers
@@ -66,9 +67,15 @@ def create_proxy_app(
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         engine = make_engine(config.database_url) if config.database_url else None
+        store = (
+            DatasetStore.at(config.store_uri, s3_endpoint_url=config.s3_endpoint_url)
+            if config.store_uri
+            else None
+        )
         sink = UsageSink(
             engine=engine,
             jsonl_path=config.jsonl_path,
+            store=store,
             spill_path=config.spill_path,
             batch_size=config.sink_batch_size,
             flush_interval_s=config.sink_flush_interval_s,

@@ -70,6 +70,10 @@ class ProxyConfig(BaseModel):
     """Where usage records go; None writes only the JSONL log."""
     jsonl_path: Path | None = None
     spill_path: Path | None = None
+    store_uri: str | None = None
+    """Parquet store (folder or ``s3://bucket/prefix``) for hourly usage files, instead of
+    the database."""
+    s3_endpoint_url: str | None = None
     """For records the database refused until shutdown, when there is no JSONL log."""
     connect_timeout_s: float = 5.0
     read_timeout_s: float = 600.0

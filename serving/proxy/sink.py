@@ -27,7 +27,9 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 
 from app.domain.usage import ReplicaIdleEvent, UsageEvent
+from app.kit.dataset_store import DatasetStore, StoreError
 from app.usage.repository import insert_idle, insert_usage
+from app.usage.store import HourlyUsageFiles
 
 __all__ = ["SinkStats", "UsageSink", "write_jsonl"]
 
@@ -59,7 +61,13 @@ class SinkStats:
     spilled: int = 0
     """Records left unwritten in the database, kept in the JSONL log or the spill file."""
     processed: int = 0
-    """Records done with: stored, skipped as duplicates, or left in a file."""
+    """Records done with: stored, skipped as duplicates, handed to the hourly Parquet
+    files, or left in a file."""
+    parquet_rows: int = 0
+    """Usage records written to the Parquet store."""
+    parquet_files: int = 0
+    store_failures: int = 0
+    """Failed writes to the Parquet store (each retried; spilled at shutdown)."""
 
 
 class UsageSink:
@@ -70,6 +78,7 @@ class UsageSink:
         *,
         engine: Engine | None,
         jsonl_path: Path | None = None,
+        store: DatasetStore | None = None,
         spill_path: Path | None = None,
         batch_size: int = 500,
         flush_interval_s: float = 0.25,
@@ -78,8 +87,12 @@ class UsageSink:
         """Prepare a sink; :meth:`start` starts its thread.
 
         Args:
-            engine: Database to write; None writes only the JSONL log.
+            engine: Database to write; None writes only the JSONL log (and the store).
             jsonl_path: JSONL log appended to (created with its folder).
+            store: Parquet store that takes the usage records instead of the database, as
+                hourly files (``usage/month=/deployment=/hour=``) written once each hour is
+                over; idle records still go to the database. Records not yet in a file at a
+                crash are in the JSONL log when there is one.
             spill_path: Where records the database refused until shutdown go when there is
                 no JSONL log. Default: ``usage-spill-<UTC time>.jsonl`` next to the working
                 directory.
@@ -87,8 +100,8 @@ class UsageSink:
             flush_interval_s: Longest wait for more records before writing a batch.
             retry_max_s: Longest back-off between attempts while the database fails.
         """
-        if engine is None and jsonl_path is None:
-            raise ValueError("a usage sink needs a database, a JSONL file, or both")
+        if engine is None and jsonl_path is None and store is None:
+            raise ValueError("a usage sink needs a database, a Parquet store or a JSONL file")
         self.engine = engine
         self.jsonl_path = jsonl_path
         self.spill_path = spill_path
@@ -96,6 +109,7 @@ class UsageSink:
         self.flush_interval_s = flush_interval_s
         self.retry_max_s = retry_max_s
         self.stats = SinkStats()
+        self._hourly = HourlyUsageFiles(store) if store is not None else None
         self._queue: queue.SimpleQueue[Record | None] = queue.SimpleQueue()
         self._pending: list[Record] = []
         self._done = threading.Condition()
@@ -159,7 +173,9 @@ class UsageSink:
             batch = self._take(timeout_s=backoff_s or self.flush_interval_s)
             if batch:
                 self._log_jsonl(batch)
+                batch = self._to_hourly_files(batch)
                 self._pending.extend(batch)
+            self._write_hourly_files()
             if self._pending:
                 if self.engine is None or self._write_db():
                     self._mark_processed(len(self._pending))
@@ -171,7 +187,35 @@ class UsageSink:
                     backoff_s = min(max(backoff_s * 2, 0.1), self.retry_max_s)
             # close() queues its wake-up marker after every record submitted before it.
             if self._closing.is_set() and self._queue.empty() and not self._pending:
+                self._write_hourly_files(final=True)
                 return
+
+    def _to_hourly_files(self, batch: list[Record]) -> list[Record]:
+        """Hand the usage records to the hourly Parquet files (done with, as far as flush()
+        goes); returns the rest, for the database."""
+        if self._hourly is None:
+            return batch
+        usage = [r for r in batch if isinstance(r, UsageEvent)]
+        self._hourly.add(usage)
+        self._mark_processed(len(usage))
+        return [r for r in batch if not isinstance(r, UsageEvent)]
+
+    def _write_hourly_files(self, *, final: bool = False) -> None:
+        if self._hourly is None:
+            return
+        try:
+            if final:
+                self._hourly.write_all()
+            else:
+                self._hourly.write_due(datetime.now(UTC))
+        except StoreError as exc:
+            self.stats.store_failures += 1
+            log.warning("usage sink: Parquet store unavailable, will retry: %s", exc)
+            if final:
+                left = self._hourly.take_all()
+                self._spill(list(left))
+        self.stats.parquet_rows = self._hourly.rows
+        self.stats.parquet_files = self._hourly.files
 
     def _take(self, *, timeout_s: float) -> list[Record]:
         """Up to ``batch_size`` queued records, waiting up to ``timeout_s`` for the first."""
@@ -240,7 +284,7 @@ class UsageSink:
         self.stats.idle_rows += idle_rows
 
     def _spill(self, records: list[Record] | None = None) -> None:
-        """Give up on the database for ``records`` (default: all pending)."""
+        """Give up on the database (or the store) for ``records`` (default: all pending)."""
         records = self._pending if records is None else records
         count = len(records)
         if self._jsonl is not None:

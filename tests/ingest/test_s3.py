@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,7 +11,6 @@ from typing import TYPE_CHECKING
 
 import boto3
 import pytest
-from moto.server import ThreadedMotoServer
 from sqlalchemy import Engine, select
 from typer.testing import CliRunner
 
@@ -26,17 +24,6 @@ if TYPE_CHECKING:
 
 BUCKET = "acme-billing"
 EXPORT = "focus-export"
-
-
-@pytest.fixture(scope="module")
-def s3_endpoint() -> Iterator[str]:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    yield f"http://127.0.0.1:{port}"
-    server.stop()
 
 
 @pytest.fixture

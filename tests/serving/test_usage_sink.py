@@ -176,5 +176,39 @@ def test_a_refused_record_does_not_block_its_batch(engine, tmp_path: Path, monke
 
 
 def test_sink_needs_somewhere_to_write():
-    with pytest.raises(ValueError, match="database, a JSONL file"):
+    with pytest.raises(ValueError, match="database, a Parquet store or a JSONL file"):
         UsageSink(engine=None)
+
+
+def test_sink_writes_hourly_parquet_files_to_a_store(engine: Engine, tmp_path: Path) -> None:
+    from app.kit.dataset_store import DatasetStore
+    from app.usage.store import PARTITIONS, USAGE_PREFIX, HourlyUsageFiles
+
+    store = DatasetStore.at(str(tmp_path / "store"))
+    sink = UsageSink(engine=engine, store=store, flush_interval_s=0.01)
+    sink.start()
+    # Two hours of requests (T0 is 09:00), an idle record for the database.
+    for n in (*range(0, 3600, 600), *range(3600, 7200, 1200)):
+        sink.submit(make_event(n))
+    sink.submit(ReplicaIdleEvent("smol", "r0", T0, T0 + timedelta(seconds=5), 5 * 10**9))
+    assert sink.flush(timeout_s=10)
+    # 09:00 and 10:00 of 2026-12-01 are long over: the sink wrote one file per hour.
+    stats = sink.close()
+    assert (stats.parquet_rows, stats.parquet_files, stats.inserted) == (9, 2, 0)
+    assert count(engine) == 0
+    assert count(engine, ReplicaIdle) == 1
+    files = store.files(USAGE_PREFIX)
+    assert [f.split("/")[1:4] for f in files] == [
+        ["month=2026-12", "deployment=smol", "hour=2026-12-01T09"],
+        ["month=2026-12", "deployment=smol", "hour=2026-12-01T10"],
+    ]
+    written = store.dataset(USAGE_PREFIX, PARTITIONS).to_table()
+    assert sorted(written["event_id"].to_pylist()) == sorted(
+        f"event-{n}" for n in (*range(0, 3600, 600), *range(3600, 7200, 1200))
+    )
+
+    # An hour still under way (or within the grace for requests finishing) stays buffered.
+    hourly = HourlyUsageFiles(store, grace_s=120)
+    hourly.add([make_event(0)])
+    assert hourly.write_due(T0 + timedelta(hours=1, seconds=119)) == 0
+    assert hourly.write_due(T0 + timedelta(hours=1, seconds=120)) == 1
