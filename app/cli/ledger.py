@@ -287,8 +287,15 @@ def costs(
     from app.ledger.costs import unit_costs
 
     dimensions = [d.strip() for d in by.split(",") if d.strip()]
-    with user_errors(), open_engine(get_settings()) as engine, Session(engine) as session:
-        lines = unit_costs(session, month=month, by=dimensions, team=team)
+    settings = get_settings()
+    with user_errors(), open_engine(settings) as engine, Session(engine) as session:
+        lines = unit_costs(
+            session,
+            month=month,
+            by=dimensions,
+            team=team,
+            s3_endpoint_url=settings.s3_endpoint_url,
+        )
     records = [line.to_json(dimensions) for line in lines]
     if as_json:
         typer.echo(json.dumps({"month": str(month), "by": dimensions, "lines": records}, indent=2))
@@ -354,13 +361,16 @@ def export_chargeback(
 
     if fmt not in ("csv", "parquet", "focus"):
         raise typer.BadParameter("--format must be csv, parquet or focus")
-    with user_errors(), open_engine(get_settings()) as engine, Session(engine) as session:
+    settings = get_settings()
+    with user_errors(), open_engine(settings) as engine, Session(engine) as session:
         if fmt == "focus":
             file_format = "csv" if out_path.name.endswith(".csv") else "parquet"
             written = write_focus_allocation(session, month, out_path, file_format, team=team)
         else:
             by = [Dimension.cost_center if by_cost_center else Dimension.team, Dimension.deployment]
-            lines = unit_costs(session, month=month, by=by, team=team)
+            lines = unit_costs(
+                session, month=month, by=by, team=team, s3_endpoint_url=settings.s3_endpoint_url
+            )
             table = chargeback_table(lines, by, month)
             write_table(table, out_path, fmt)
             written = table.num_rows

@@ -17,6 +17,7 @@ from app.domain.errors import Invalid
 from app.domain.ledger import TAG_PREFIX, CostLabel, Dimension, EntryKind
 from app.domain.money import format_micros
 from app.domain.periods import Month
+from app.ledger.entry_reader import EntryReader, entry_reader
 from app.ledger.repository import current_run_id
 from app.models import LedgerEntry, UsageRecord
 
@@ -78,12 +79,14 @@ def unit_costs(
     month: Month,
     by: Sequence[str],
     team: str | None = None,
+    s3_endpoint_url: str | None = None,
 ) -> list[CostLine]:
     """Cost lines of a month grouped by ``by`` (dimensions or ``tag:KEY``); ``team`` filters to
     one team. Requests count in the month they arrived in.
 
     The database does the grouping (one query for the requests' lines, one for the other
-    entries): what comes back is one row per line, never one per request or entry."""
+    entries), or DuckDB over the Parquet store when the month's run is kept there: what
+    comes back is one row per line, never one per request or entry."""
     for dimension in by:
         if dimension not in tuple(Dimension) and not dimension.startswith(TAG_PREFIX):
             raise Invalid(
@@ -91,10 +94,12 @@ def unit_costs(
             )
     run_id = current_run_id(session, str(month))
     lines: dict[tuple[str, ...], CostLine] = {}
-    for row in session.execute(_request_lines(run_id, month, by, team)).mappings():
-        key = tuple(str(row[f"key_{i}"]) for i in range(len(by)))
-        lines[key] = CostLine(key, **{name: int(row[name] or 0) for name in _LINE_SUMS})
-    for kind, deployment, entry_team, eff, billed in _other_entries(session, run_id, team):
+    with entry_reader(session, run_id, s3_endpoint_url=s3_endpoint_url) as reader:
+        for row in reader.mappings(_request_lines(run_id, month, by, team)):
+            key = tuple(str(row[f"key_{i}"]) for i in range(len(by)))
+            lines[key] = CostLine(key, **{name: int(row[name] or 0) for name in _LINE_SUMS})
+        others = _other_entries(reader, run_id, team)
+    for kind, deployment, entry_team, eff, billed in others:
         key = tuple(_other_key(dimension, kind, deployment, entry_team) for dimension in by)
         line = lines.setdefault(key, CostLine(key))
         line.effective_micros += eff
@@ -117,7 +122,7 @@ def _other_key(dimension: str, kind: EntryKind, deployment: str | None, team: st
 
 
 def _other_entries(
-    session: Session, run_id: int | None, team: str | None
+    reader: EntryReader, run_id: int | None, team: str | None
 ) -> list[tuple[EntryKind, str | None, str | None, int, int]]:
     """Entries not tied to a request: idle, shared (team-level) and unallocated."""
     if run_id is None:
@@ -139,7 +144,7 @@ def _other_entries(
     )
     if team is not None:  # a team sees only its own shared costs
         query = query.where(LedgerEntry.team == team)
-    return [(k, d, t, int(e), int(b)) for k, d, t, e, b in session.execute(query)]
+    return [(EntryKind(k), d, t, int(e), int(b)) for k, d, t, e, b in reader.rows(query)]
 
 
 def _key_column(dimension: str) -> ColumnElement[Any]:

@@ -38,6 +38,7 @@ def chargeback_file(
     fmt: ChargebackFormat,
     team: str | None,
     by_cost_center: bool = False,
+    s3_endpoint_url: str | None = None,
 ) -> Download:
     """The month's chargeback in ``fmt``; ``team`` keeps only that team's lines."""
     stem = "focus-allocation" if fmt.startswith("focus") else "chargeback"
@@ -49,7 +50,7 @@ def chargeback_file(
         content = sink.getvalue().to_pybytes()
     else:
         by = [Dimension.cost_center if by_cost_center else Dimension.team, Dimension.deployment]
-        lines = unit_costs(session, month=month, by=by, team=team)
+        lines = unit_costs(session, month=month, by=by, team=team, s3_endpoint_url=s3_endpoint_url)
         table = chargeback_table(lines, by, month)
         content = _csv_bytes(table) if as_csv else _parquet_bytes(table)
     if as_csv:

@@ -6,7 +6,7 @@ from fastapi import APIRouter, Query
 from fastapi.responses import Response
 
 from app.auth.deps import AdminDep, PrincipalDep, team_scope
-from app.deps import SessionDep
+from app.deps import SessionDep, SettingsDep
 from app.domain.periods import Month
 from app.errors import RESPONSES_READ, ErrorBody
 from app.kit.http_params import MonthDep, PageDep, parse_dimensions
@@ -38,6 +38,7 @@ TeamQuery = Annotated[
 )
 def get_costs(
     session: SessionDep,
+    settings: SettingsDep,
     principal: PrincipalDep,
     month: MonthDep,
     page: PageDep,
@@ -60,6 +61,7 @@ def get_costs(
         month=month,
         by=list(dimensions),
         team=team_scope(principal, team),
+        s3_endpoint_url=settings.s3_endpoint_url,
     )
     records = [line.to_json(dimensions) for line in page.slice(lines)]
     if format is Format.csv:
@@ -98,6 +100,7 @@ def get_reconciliation(
 )
 def get_chargeback(
     session: SessionDep,
+    settings: SettingsDep,
     principal: PrincipalDep,
     month: MonthDep,
     format: Annotated[
@@ -119,6 +122,7 @@ def get_chargeback(
         fmt=format,
         team=team_scope(principal, team),
         by_cost_center=by_cost_center,
+        s3_endpoint_url=settings.s3_endpoint_url,
     )
     return download(file.content, filename=file.filename, media_type=file.media_type)
 

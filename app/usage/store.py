@@ -10,7 +10,8 @@ the lowest ``usage_ord`` per event id.
 """
 
 import hashlib
-from collections.abc import Iterator, Sequence
+import json
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -35,13 +36,18 @@ SCHEMA = pa.schema(
         ("session_id", pa.string()),
         ("team", pa.string()),
         ("cost_center", pa.string()),
+        ("tags", pa.string()),
         ("deployment", pa.string()),
         ("replica", pa.string()),
+        ("model", pa.string()),
+        ("spec_method", pa.string()),
         ("arrived_us", pa.int64()),
         ("finished_us", pa.int64()),
         ("gpu_ns", pa.int64()),
         ("prompt_tokens", pa.int64()),
+        ("cached_tokens", pa.int64()),
         ("completion_tokens", pa.int64()),
+        ("num_drafts", pa.int64()),
         ("draft_tokens", pa.int64()),
         ("accepted_tokens", pa.int64()),
         ("status", pa.string()),
@@ -58,6 +64,11 @@ def event_ord(event_id: str) -> int:
     return int.from_bytes(hashlib.sha256(event_id.encode()).digest()[:8], "big") >> 1
 
 
+def tags_json(tags: Mapping[str, str] | None) -> str:
+    """A record's tags as the JSON text the store keeps (keys sorted)."""
+    return json.dumps(dict(tags or {}), sort_keys=True, separators=(",", ":"))
+
+
 def events_table(events: Sequence[UsageEvent]) -> pa.Table:
     """Usage events as the store's columns."""
     columns: dict[str, list[object]] = {
@@ -66,13 +77,18 @@ def events_table(events: Sequence[UsageEvent]) -> pa.Table:
         "session_id": [e.session_id for e in events],
         "team": [e.team for e in events],
         "cost_center": [e.cost_center for e in events],
+        "tags": [tags_json(e.tags) for e in events],
         "deployment": [e.deployment for e in events],
         "replica": [e.replica for e in events],
+        "model": [e.model for e in events],
+        "spec_method": [e.spec_method for e in events],
         "arrived_us": list(to_us([e.arrived_at for e in events])),
         "finished_us": list(to_us([e.finished_at for e in events])),
         "gpu_ns": [e.gpu_ns for e in events],
         "prompt_tokens": [e.prompt_tokens for e in events],
+        "cached_tokens": [e.cached_tokens for e in events],
         "completion_tokens": [e.completion_tokens for e in events],
+        "num_drafts": [e.num_drafts for e in events],
         "draft_tokens": [e.draft_tokens for e in events],
         "accepted_tokens": [e.accepted_tokens for e in events],
         "status": [str(e.status) for e in events],
@@ -111,13 +127,18 @@ def _database_batches(session: Session, start: datetime, end: datetime) -> Itera
         UsageRecord.session_id,
         UsageRecord.team,
         UsageRecord.cost_center,
+        UsageRecord.tags,
         UsageRecord.deployment,
         UsageRecord.replica,
+        UsageRecord.model,
+        UsageRecord.spec_method,
         type_coerce(UsageRecord.arrived_at, _PLAIN),
         type_coerce(UsageRecord.finished_at, _PLAIN),
         UsageRecord.gpu_ns,
         UsageRecord.prompt_tokens,
+        UsageRecord.cached_tokens,
         UsageRecord.completion_tokens,
+        UsageRecord.num_drafts,
         UsageRecord.draft_tokens,
         UsageRecord.accepted_tokens,
         UsageRecord.status,
@@ -130,7 +151,8 @@ def _database_batches(session: Session, start: datetime, end: datetime) -> Itera
     )
     for rows in session.execute(query).partitions():
         values: list[Any] = list(zip(*rows, strict=True))
-        values[7], values[8] = to_us(values[7]), to_us(values[8])
+        values[5] = [tags_json(t) for t in values[5]]
+        values[10], values[11] = to_us(values[10]), to_us(values[11])
         yield pa.table(
             [pa.array(v, f.type) for v, f in zip(values, SCHEMA, strict=True)], schema=SCHEMA
         )
@@ -142,7 +164,7 @@ def plan_usage(store: DatasetStore, first_us: int, last_us: int) -> ds.Dataset:
     dataset = store.dataset(USAGE_PREFIX, PARTITIONS)
     if not dataset.files:
         return ds.dataset(pa.table({f.name: pa.array([], f.type) for f in SCHEMA}))
-    months = _months_between(first_us, last_us)
+    months = months_between(first_us, last_us)
     return dataset.filter(
         pc.field("month").isin(months)
         & (pc.field("finished_us") >= first_us)
@@ -150,7 +172,7 @@ def plan_usage(store: DatasetStore, first_us: int, last_us: int) -> ds.Dataset:
     )
 
 
-def _months_between(first_us: int, last_us: int) -> list[str]:
+def months_between(first_us: int, last_us: int) -> list[str]:
     first = datetime.fromtimestamp(first_us / 1e6, UTC)
     last = datetime.fromtimestamp(max(last_us, first_us) / 1e6, UTC)
     year, month = (first.year, first.month - 1) if first.month > 1 else (first.year - 1, 12)

@@ -28,6 +28,7 @@ from app.domain.errors import InvalidInput
 from app.domain.periods import Month
 from app.domain.usage import UsageEvent
 from app.kit.dataset_store import DatasetStore, StoreError
+from app.ledger.costs import unit_costs
 from app.ledger.reconcile import reconcile
 from app.ledger.repository import store_entries_prefix
 from app.ledger.service import close_month, verify_closed_month
@@ -95,6 +96,18 @@ def _sorted(table: pa.Table) -> list[dict[str, Any]]:
     return sorted(table.to_pylist(), key=repr)
 
 
+COST_DIMENSIONS = ["team", "session", "deployment", "model", "method", "cost_center", "tag:app"]
+
+
+def _costs(session: Session) -> list[dict[str, Any]]:
+    """Unit costs by every dimension at once, and per team as a team's key sees them."""
+    lines = unit_costs(session, month=OCTOBER, by=COST_DIMENSIONS)
+    teams = unit_costs(session, month=OCTOBER, by=["team"], team="a")
+    return [line.to_json(COST_DIMENSIONS) for line in lines] + [
+        line.to_json(["team"]) for line in teams
+    ]
+
+
 def _without_run(report: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in report.items() if k != "run_id"}
 
@@ -116,6 +129,7 @@ def test_a_store_allocates_as_the_database_does(
         database_entries = _database_entries(session, in_database.run_id)
         database_rollups = _rollups(session, in_database.run_id)
         database_report = reconcile(session, OCTOBER).to_json()
+        database_costs = _costs(session)
         parquet = DatasetStore.at(str(folder / "store"))
         assert _copy_usage(session, parquet) == len(month.requests)
         in_store = run_allocation(
@@ -127,6 +141,7 @@ def test_a_store_allocates_as_the_database_does(
         assert _rollups(session, in_store.run_id) == database_rollups
         assert _without_run(reconcile(session, OCTOBER).to_json()) == _without_run(database_report)
         assert (in_store.entries, in_store.totals) == (in_database.entries, in_database.totals)
+        assert _costs(session) == database_costs
         savepoint.rollback()
 
 

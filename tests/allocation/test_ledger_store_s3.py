@@ -6,6 +6,7 @@ proven unchanged until an object is overwritten."""
 from __future__ import annotations
 
 import json
+from decimal import Decimal
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -103,6 +104,13 @@ def test_a_month_allocated_from_and_into_s3_reconciles_and_stays_provably_closed
         assert conn.scalar(select(func.sum(LedgerRollup.entries))) == summary["entries"]
     report = json.loads(_ok("reconcile", "--month", "2026-11", "--json"))
     assert report["balanced"] is True
+    # Unit costs read the entries and the usage from the bucket, and add up to the bill.
+    costs = json.loads(_ok("costs", "--month", "2026-11", "--by", "team,session", "--json"))
+    lines = {(line["team"], line["session"]): line for line in costs["lines"]}
+    assert sum(line["requests"] for line in lines.values()) == 12
+    assert lines[("search", "s0")]["completion_tokens"] == 3 * 50  # k = 0 in each hour
+    total = sum(Decimal(line["effective_cost"]) for line in lines.values())
+    assert total == Decimal(report["currencies"]["USD"]["bill"]["effective"])
 
     _ok("ledger", "close", "2026-11")
     assert "unchanged since the close" in _ok("ledger", "verify", "2026-11")
