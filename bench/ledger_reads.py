@@ -12,7 +12,10 @@ user runs it (``specledger ...`` in a child process, its own peak memory):
 - ``costs --by team,session --json``: unit costs per team and session, against a bare
   ``GROUP BY`` of the entries joined to their requests (costs, GPU-ns, requests, tokens);
 - ``export chargeback --format focus``: the FOCUS 1.3 allocation to Parquet, against the
-  entries joined to their billing rows streamed by sqlite3 to a Parquet writer.
+  entries joined to their billing rows streamed by sqlite3 to a Parquet writer;
+- the same month with a Parquet store (``ledger store-usage``, then ``allocate --store``
+  from a database holding only the bill and the registry, then ``costs`` read from the
+  store), the unit costs checked identical to the database's.
 
 Printed: seconds, peak MB and, for reads, the ratio to the bare SQL.
 """
@@ -40,9 +43,12 @@ HOUR_US = 3_600_000_000
 BATCH_ROWS = 100_000
 
 
-def seed(folder: Path, requests: int) -> dict[str, str]:
-    """A migrated SQLite database holding the month; the environment that points at it."""
-    env = {**os.environ, "SPECLEDGER_DATABASE_URL": f"sqlite:///{folder / 'ledger.db'}"}
+def seed(
+    folder: Path, requests: int, *, usage: bool = True, name: str = "ledger.db"
+) -> dict[str, str]:
+    """A migrated SQLite database holding the month (its usage too, unless ``usage`` is
+    false); the environment that points at it."""
+    env = {**os.environ, "SPECLEDGER_DATABASE_URL": f"sqlite:///{folder / name}"}
     gpus, sessions = fleet_for(requests)
     instances = gpus // GPUS_PER_INSTANCE
     bill = folder / "bill.parquet"
@@ -66,6 +72,8 @@ def seed(folder: Path, requests: int) -> dict[str, str]:
         f"specledger-deployment={DEPLOYMENT}",
     )
     cli(env, "ingest", "billing", str(bill))
+    if not usage:
+        return env
     engine = create_engine(env["SPECLEDGER_DATABASE_URL"])
     with engine.begin() as conn:
         for table in usage_batches(requests, sessions, instances):
@@ -199,6 +207,33 @@ def run_size(folder: Path, requests: int) -> None:
     reference = bare(database, FOCUS_SQL, folder / "bare.parquet")
     rows = pq.ParquetFile(focus_out).metadata.num_rows
     _line("export --format focus", focus, reference, f"{rows:,} rows")
+    run_store(folder, requests, env, costs_out)
+
+
+def run_store(folder: Path, requests: int, env: dict[str, str], costs_in_database: Path) -> None:
+    """The same month with a Parquet store: usage copied there from the database above, the
+    month allocated into it from a database that holds only the bill and the registry, and
+    unit costs read back; they must equal the database's."""
+    month, store = str(PERIOD), str(folder / "store")
+    copied = cli(env, "ledger", "store-usage", month, "--store", store)
+    _line("ledger store-usage", copied, None, "the month's usage, database to Parquet")
+    store_env = seed(folder, requests, usage=False, name="ledger-store.db")
+    allocated = cli(store_env, "allocate", "--month", month, "--store", store)
+    files = sum(f.stat().st_size for f in (folder / "store" / "entries").rglob("*.parquet"))
+    _line("allocate --store", allocated, None, f"entries to Parquet, {files / 1e6:,.0f} MB")
+    costs_out = folder / "costs-store.json"
+    costs = cli(
+        store_env, "costs", "--month", month, "--by", "team,session", "--json", out=costs_out
+    )
+    same = json.loads(costs_out.read_text()) == json.loads(costs_in_database.read_text())
+    _line(
+        "costs (store)",
+        costs,
+        None,
+        "identical to the database's" if same else "DIFFERENT from the database's",
+    )
+    if not same:
+        raise SystemExit("unit costs from the store differ from the database's")
 
 
 def _line(name: str, ours: dict[str, float], ref: dict[str, float] | None, what: str) -> None:

@@ -21,7 +21,7 @@ from app.domain.periods import Month
 from app.kit.epoch import to_ns
 from app.ledger.reconcile import reconcile
 from app.ledger.repository import allocated_months, current_run_id
-from app.models import LedgerEntry, UsageRecord
+from app.models import LedgerRollup, UsageRecord
 
 HOUR_NS = 3_600 * 10**9
 """Bootstrap replicates when a sweep has no stored fit and the dashboard fits it (a few s)."""
@@ -87,7 +87,8 @@ def _team_label(kind: EntryKind, team: str | None) -> str:
 
 
 def ledger_by_hour(engine: Engine, *, month: str, team: str | None = None) -> pd.DataFrame:
-    """The month's current allocation run, per charge hour, team label, kind and currency.
+    """The month's current allocation run, per charge hour, team label, kind and currency
+    (from its rollups, so a month kept in a Parquet store is read the same way).
 
     Adjustments to closed months are left out, as in the reconciliation, so the rows add up to
     the month's bill. Team labels: the team, or ``(idle)``, ``(unallocated)``, ``(shared)``,
@@ -99,21 +100,21 @@ def ledger_by_hour(engine: Engine, *, month: str, team: str | None = None) -> pd
         run_id = current_run_id(session, month)
         if run_id is None:
             return pd.DataFrame(columns=columns)
-        hour = _hour(engine, LedgerEntry.charge_period_start).label("hour")
+        hour = _hour(engine, LedgerRollup.charge_period_start).label("hour")
         query = (
             select(
                 hour,
-                LedgerEntry.team,
-                LedgerEntry.kind,
-                LedgerEntry.currency,
-                func.sum(LedgerEntry.effective_cost_micros),
-                func.sum(LedgerEntry.billed_cost_micros),
+                LedgerRollup.team,
+                LedgerRollup.kind,
+                LedgerRollup.currency,
+                func.sum(LedgerRollup.effective_cost_micros),
+                func.sum(LedgerRollup.billed_cost_micros),
             )
-            .where(LedgerEntry.run_id == run_id, LedgerEntry.kind != EntryKind.adjustment)
-            .group_by(hour, LedgerEntry.team, LedgerEntry.kind, LedgerEntry.currency)
+            .where(LedgerRollup.run_id == run_id, LedgerRollup.kind != EntryKind.adjustment)
+            .group_by(hour, LedgerRollup.team, LedgerRollup.kind, LedgerRollup.currency)
         )
         if team is not None:
-            query = query.where(LedgerEntry.team == team)
+            query = query.where(LedgerRollup.team == team)
         rows = session.execute(query).all()
     frame = pd.DataFrame(
         [(h, _team_label(k, t), k, c, int(e), int(b)) for h, t, k, c, e, b in rows], columns=columns
@@ -263,16 +264,16 @@ def reconciliation_frame(engine: Engine, *, month: str, team: str | None = None)
                 if run_id is None
                 else session.execute(
                     select(
-                        LedgerEntry.currency,
-                        LedgerEntry.kind,
-                        func.sum(LedgerEntry.effective_cost_micros),
+                        LedgerRollup.currency,
+                        LedgerRollup.kind,
+                        func.sum(LedgerRollup.effective_cost_micros),
                     )
                     .where(
-                        LedgerEntry.run_id == run_id,
-                        LedgerEntry.team == team,
-                        LedgerEntry.kind.in_((EntryKind.request, EntryKind.shared)),
+                        LedgerRollup.run_id == run_id,
+                        LedgerRollup.team == team,
+                        LedgerRollup.kind.in_((EntryKind.request, EntryKind.shared)),
                     )
-                    .group_by(LedgerEntry.currency, LedgerEntry.kind)
+                    .group_by(LedgerRollup.currency, LedgerRollup.kind)
                 ).all()
             )
         sums: dict[str, dict[EntryKind, int]] = {}

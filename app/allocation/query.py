@@ -20,7 +20,7 @@ from sqlalchemy.orm import Session
 from app.domain.allocation import split_by_weight
 from app.domain.ledger import TAG_PREFIX, CostLabel, Dimension, EntryKind
 from app.domain.windows import Step, TimeWindow, bucket_bounds
-from app.ledger.repository import current_run_ids
+from app.ledger.repository import current_run_ids, refuse_store_runs
 from app.models import LedgerEntry, UsageRecord
 
 _ENTRY_COLUMNS: dict[str, Any] = {
@@ -88,6 +88,9 @@ def query_allocation(session: Session, query: AllocationQuery) -> AllocationResu
         LedgerEntry.effective_cost_micros
         if query.cost_metric is CostMetric.effective
         else LedgerEntry.billed_cost_micros
+    )
+    refuse_store_runs(
+        session, "the allocation query", window=(query.window.start, query.window.end)
     )
     share = query.idle is IdlePolicy.share
     groups = _groups(session, query, cost, by_row=share)

@@ -365,7 +365,14 @@ def export_chargeback(
     with user_errors(), open_engine(settings) as engine, Session(engine) as session:
         if fmt == "focus":
             file_format = "csv" if out_path.name.endswith(".csv") else "parquet"
-            written = write_focus_allocation(session, month, out_path, file_format, team=team)
+            written = write_focus_allocation(
+                session,
+                month,
+                out_path,
+                file_format,
+                team=team,
+                s3_endpoint_url=settings.s3_endpoint_url,
+            )
         else:
             by = [Dimension.cost_center if by_cost_center else Dimension.team, Dimension.deployment]
             lines = unit_costs(

@@ -46,7 +46,14 @@ def chargeback_file(
     as_csv = fmt in (ChargebackFormat.csv, ChargebackFormat.focus_csv)
     if fmt in (ChargebackFormat.focus_csv, ChargebackFormat.focus_parquet):
         sink = pa.BufferOutputStream()
-        write_focus_allocation(session, month, sink, "csv" if as_csv else "parquet", team=team)
+        write_focus_allocation(
+            session,
+            month,
+            sink,
+            "csv" if as_csv else "parquet",
+            team=team,
+            s3_endpoint_url=s3_endpoint_url,
+        )
         content = sink.getvalue().to_pybytes()
     else:
         by = [Dimension.cost_center if by_cost_center else Dimension.team, Dimension.deployment]

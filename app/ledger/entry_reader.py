@@ -5,24 +5,26 @@ runs it through an :class:`EntryReader`. For a run kept in a store, the same que
 compiled as PostgreSQL SQL (which DuckDB reads: ``$n`` parameters, ``::`` casts, ``->>``
 on JSON), runs in an embedded DuckDB whose views ``ledger_entries`` and ``usage_records``
 are the run's entry files and the store's usage files, with the database's column names
-and types. One query, two places to run it: the answers cannot drift apart.
+and types (and ``ledger_pool_rows`` the run's pool rows, copied from the database). One
+query, two places to run it: the answers cannot drift apart.
 """
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from enum import StrEnum
 from typing import Any, Protocol
 
 import duckdb
+import pyarrow as pa
 import pyarrow.compute as pc
-from sqlalchemy import Select
+from sqlalchemy import Select, select
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.orm import Session
 
 from app.kit.dataset_store import DatasetStore
 from app.ledger.repository import store_entries_prefix
-from app.models import AllocationRun
+from app.models import AllocationRun, LedgerPoolRow
 from app.usage.store import PARTITIONS, USAGE_PREFIX, months_between
 
 __all__ = ["EntryReader", "entry_reader"]
@@ -37,6 +39,13 @@ class EntryReader(Protocol):
         """The query's rows as dicts by column label."""
         ...
 
+    def batches(
+        self, query: Select[*tuple[Any, ...]], rows: int, types: Mapping[str, pa.DataType]
+    ) -> Iterator[pa.Table]:
+        """The query's rows as Arrow tables of up to ``rows`` rows, each column of its type
+        in ``types`` (text otherwise), streamed."""
+        ...
+
 
 class _DatabaseReader:
     def __init__(self, session: Session) -> None:
@@ -48,16 +57,27 @@ class _DatabaseReader:
     def mappings(self, query: Select[*tuple[Any, ...]]) -> Sequence[dict[str, Any]]:
         return [dict(row) for row in self.session.execute(query).mappings()]
 
+    def batches(
+        self, query: Select[*tuple[Any, ...]], rows: int, types: Mapping[str, pa.DataType]
+    ) -> Iterator[pa.Table]:
+        result = self.session.execute(query.execution_options(yield_per=rows))
+        names = list(result.keys())
+        for part in result.partitions():
+            columns = zip(*part, strict=True)
+            yield pa.table(
+                {
+                    name: pa.array(values, types.get(name, pa.string()))
+                    for name, values in zip(names, columns, strict=True)
+                }
+            )
+
 
 class _StoreReader:
     def __init__(self, con: duckdb.DuckDBPyConnection) -> None:
         self.con = con
 
     def _run(self, query: Select[*tuple[Any, ...]]) -> duckdb.DuckDBPyConnection:
-        compiled = query.compile(dialect=_POSTGRES)
-        params = compiled.construct_params()
-        values = [_plain(params[name]) for name in compiled.positiontup or []]
-        return self.con.execute(str(compiled), values)
+        return self.con.execute(*_compiled(query))
 
     def rows(self, query: Select[*tuple[Any, ...]]) -> Sequence[Sequence[Any]]:
         return self._run(query).fetchall()
@@ -66,6 +86,26 @@ class _StoreReader:
         result = self._run(query)
         names = [d[0] for d in result.description or []]
         return [dict(zip(names, row, strict=True)) for row in result.fetchall()]
+
+    def batches(
+        self, query: Select[*tuple[Any, ...]], rows: int, types: Mapping[str, pa.DataType]
+    ) -> Iterator[pa.Table]:
+        sql, values = _compiled(query)
+        for batch in self.con.sql(sql, params=values).to_arrow_reader(rows):
+            table = pa.Table.from_batches([batch])
+            yield pa.table(
+                {
+                    name: table[name].cast(types.get(name, pa.string()))
+                    for name in table.column_names
+                }
+            )
+
+
+def _compiled(query: Select[*tuple[Any, ...]]) -> tuple[str, list[Any]]:
+    """The query as PostgreSQL SQL with ``$n`` parameters, and their values in order."""
+    compiled = query.compile(dialect=_POSTGRES)
+    params = compiled.construct_params()
+    return str(compiled), [_plain(params[name]) for name in compiled.positiontup or []]
 
 
 _POSTGRES = postgresql.psycopg.dialect(paramstyle="numeric_dollar")  # type: ignore[no-untyped-call]
@@ -90,7 +130,21 @@ def entry_reader(
         con.execute("SET TimeZone = 'UTC'")
         _entries_view(con, store, run)
         _usage_view(con, store, run.window_start, run.window_end)
+        con.register("ledger_pool_rows", _pool_rows(session, run.id))
         yield _StoreReader(con)
+
+
+def _pool_rows(session: Session, run_id: int) -> pa.Table:
+    """The run's pool rows (a few per charge hour, from the database)."""
+    rows = session.execute(
+        select(LedgerPoolRow.run_id, LedgerPoolRow.pool_id, LedgerPoolRow.billing_row_id).where(
+            LedgerPoolRow.run_id == run_id
+        )
+    ).all()
+    names = ("run_id", "pool_id", "billing_row_id")
+    return pa.table(
+        {name: pa.array([r[i] for r in rows], pa.int64()) for i, name in enumerate(names)}
+    )
 
 
 def _micros_as_time(column: str) -> str:

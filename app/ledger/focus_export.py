@@ -8,7 +8,7 @@ largest remainder, so each source row's shares sum back to it exactly.
 """
 
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
 from decimal import Decimal
 from pathlib import Path
@@ -24,11 +24,12 @@ from sqlalchemy.orm import Session
 
 from app.domain.allocation import split_array_by_weight
 from app.domain.focus import TYPED_COLUMNS
-from app.domain.ledger import EntryKind
+from app.domain.ledger import AllocationMethod, EntryKind
 from app.domain.money import micros_to_decimal
 from app.domain.periods import Month
+from app.ledger.entry_reader import EntryReader, entry_reader
 from app.ledger.repository import current_run_id
-from app.models import BillingRow, LedgerEntry, LedgerPoolRow
+from app.models import BillingRow, LedgerEntry, LedgerPoolRow, LedgerRollup
 
 MONEY = pa.decimal128(38, 6)
 FOCUS_OF_DB = {db: focus for focus, db in TYPED_COLUMNS.items()}
@@ -55,20 +56,32 @@ _TWO_LEVEL_SUFFIX = ":hour,team"
 _TWO_LEVEL = ', "x_Levels": ["charge hour x team", "request"]'
 
 
-def focus_allocation_table(session: Session, month: Month, *, team: str | None = None) -> pa.Table:
+def focus_allocation_table(
+    session: Session,
+    month: Month,
+    *,
+    team: str | None = None,
+    s3_endpoint_url: str | None = None,
+) -> pa.Table:
     """The whole FOCUS 1.3 allocation of a month as one table (see :func:`focus_batches`);
     for tests and small months, the files stream (:func:`write_focus_allocation`)."""
-    schema, batches = focus_batches(session, month, team=team)
+    schema, batches = focus_batches(session, month, team=team, s3_endpoint_url=s3_endpoint_url)
     return pa.Table.from_batches(list(batches), schema=schema)
 
 
 def write_focus_allocation(
-    session: Session, month: Month, out: Path | pa.NativeFile, fmt: str, *, team: str | None
+    session: Session,
+    month: Month,
+    out: Path | pa.NativeFile,
+    fmt: str,
+    *,
+    team: str | None,
+    s3_endpoint_url: str | None = None,
 ) -> int:
     """Stream the month's FOCUS 1.3 allocation to ``out`` as CSV or Parquet; the rows written.
 
     Memory stays at one batch whatever the size of the month."""
-    schema, batches = focus_batches(session, month, team=team)
+    schema, batches = focus_batches(session, month, team=team, s3_endpoint_url=s3_endpoint_url)
     sink = str(out) if isinstance(out, Path) else out
     written = 0
     with (
@@ -83,7 +96,11 @@ def write_focus_allocation(
 
 
 def focus_batches(
-    session: Session, month: Month, *, team: str | None = None
+    session: Session,
+    month: Month,
+    *,
+    team: str | None = None,
+    s3_endpoint_url: str | None = None,
 ) -> tuple[pa.Schema, Iterator[pa.RecordBatch]]:
     """FOCUS 1.3 rows, one per share of a source billing row in the month's run, in batches.
 
@@ -95,21 +112,15 @@ def focus_batches(
     source row) become ``Correction`` rows of their own. ``team`` keeps one team's shares.
 
     The schema comes first, from the source rows (thousands, not millions); the entries are
-    read in batches, never all at once.
+    read in batches, never all at once, from the database or the Parquet store that holds
+    them. Entries are taken in an order of their own data (source row, kind, request, team,
+    session), so the same month gives the same file from either store and on every run.
     """
     run_id = current_run_id(session, str(month)) or 0
     sources = _source_rows(session, run_id)
     source_table = _source_table(sources)
-    adjustments = session.scalars(
-        select(LedgerEntry)
-        .where(
-            LedgerEntry.run_id == run_id,
-            LedgerEntry.billing_row_id.is_(None),
-            LedgerEntry.pool_id.is_(None),
-            *([LedgerEntry.team == team] if team else []),
-        )
-        .order_by(LedgerEntry.id)
-    ).all()
+    with entry_reader(session, run_id, s3_endpoint_url=s3_endpoint_url) as reader:
+        adjustments = reader.mappings(_adjustments(run_id, team))
     payer = _payer_of(session, run_id, sources)
     adjustment_rows = [_adjustment_row(entry, month, payer, run_id) for entry in adjustments]
     names = list(source_table.column_names[1:])
@@ -121,11 +132,17 @@ def focus_batches(
     shares = _ShareBatches(source_table, schema, run_id)
 
     def batches() -> Iterator[pa.RecordBatch]:
-        for entries in _entry_batches(session, _single_entries(run_id, team)):
+        with entry_reader(session, run_id, s3_endpoint_url=s3_endpoint_url) as reader:
+            yield from _share_batches(reader)
+        if adjustment_rows:
+            yield _record_batch(adjustment_rows, schema)
+
+    def _share_batches(reader: EntryReader) -> Iterator[pa.RecordBatch]:
+        for entries in _entry_batches(reader, _single_entries(run_id, team)):
             yield shares.of(entries, [entries[f"{name}_micros"] for name in _AMOUNTS])
         pending: list[tuple[pa.Table, list[pa.Array]]] = []
         held = 0
-        for row_id, entries in _by_source_row(session, _pooled_entries(run_id)):
+        for row_id, entries in _by_source_row(reader, _pooled_entries(run_id)):
             pending.append(_pool_split(sources[row_id], entries, team))
             held += pending[-1][0].num_rows
             if held >= FOCUS_BATCH_ROWS:
@@ -133,8 +150,6 @@ def focus_batches(
                 pending, held = [], 0
         if pending:
             yield shares.of_many(pending)
-        if adjustment_rows:
-            yield _record_batch(adjustment_rows, schema)
 
     return schema, batches()
 
@@ -164,9 +179,10 @@ _ENTRY_TYPES = {
 
 
 def _source_rows(session: Session, run_id: int) -> dict[int, BillingRow]:
-    """The billing rows the run split, alone or in a pool, by id."""
-    single_ids = select(LedgerEntry.billing_row_id).where(
-        LedgerEntry.run_id == run_id, LedgerEntry.billing_row_id.is_not(None)
+    """The billing rows the run split, alone or in a pool, by id (from the run's rollups and
+    pool rows, in the database whichever store holds the entries)."""
+    single_ids = select(LedgerRollup.billing_row_id).where(
+        LedgerRollup.run_id == run_id, LedgerRollup.billing_row_id.is_not(None)
     )
     pooled_ids = select(LedgerPoolRow.billing_row_id).where(LedgerPoolRow.run_id == run_id)
     rows = session.scalars(
@@ -198,7 +214,7 @@ def _single_entries(run_id: int, team: str | None) -> Select[Any]:
             LedgerEntry.billing_row_id.is_not(None),
             *([LedgerEntry.team == team] if team else []),
         )
-        .order_by(LedgerEntry.billing_row_id, LedgerEntry.id)
+        .order_by(LedgerEntry.billing_row_id, *_ENTRY_ORDER)
     )
 
 
@@ -212,7 +228,45 @@ def _pooled_entries(run_id: int) -> Select[Any]:
             & (LedgerPoolRow.pool_id == LedgerEntry.pool_id),
         )
         .where(LedgerEntry.run_id == run_id, LedgerEntry.billing_row_id.is_(None))
-        .order_by(LedgerPoolRow.billing_row_id, LedgerEntry.id)
+        .order_by(LedgerPoolRow.billing_row_id, *_ENTRY_ORDER)
+    )
+
+
+_ENTRY_ORDER = (LedgerEntry.kind, LedgerEntry.event_id, LedgerEntry.team, LedgerEntry.session_id)
+"""Within a source row, entries in an order of their data: one entry per (kind, request) or
+(kind, team), so the order is total and the same from either store (ids are not: the
+plan's output order is not fixed)."""
+
+
+def _adjustments(run_id: int, team: str | None) -> Select[*tuple[Any, ...]]:
+    """The run's adjustments (no source row, no pool), in an order of their data."""
+    return (
+        select(
+            type_coerce(LedgerEntry.method, String).label("method"),
+            LedgerEntry.charge_period_start,
+            LedgerEntry.charge_period_end,
+            LedgerEntry.corrects_month,
+            LedgerEntry.currency,
+            LedgerEntry.billed_cost_micros,
+            LedgerEntry.effective_cost_micros,
+            LedgerEntry.deployment,
+            LedgerEntry.team,
+            LedgerEntry.session_id,
+        )
+        .where(
+            LedgerEntry.run_id == run_id,
+            LedgerEntry.billing_row_id.is_(None),
+            LedgerEntry.pool_id.is_(None),
+            *([LedgerEntry.team == team] if team else []),
+        )
+        .order_by(
+            LedgerEntry.corrects_month,
+            LedgerEntry.method,
+            LedgerEntry.currency,
+            LedgerEntry.deployment,
+            LedgerEntry.team,
+            LedgerEntry.session_id,
+        )
     )
 
 
@@ -220,24 +274,15 @@ def _labelled() -> list[Any]:
     return [column.label(name) for name, column in _ENTRY_COLUMNS.items()]
 
 
-def _entry_batches(session: Session, query: Select[Any]) -> Iterator[pa.Table]:
+def _entry_batches(reader: EntryReader, query: Select[Any]) -> Iterator[pa.Table]:
     """The query's rows as Arrow tables of up to FOCUS_BATCH_ROWS rows."""
-    result = session.execute(query.execution_options(yield_per=FOCUS_BATCH_ROWS))
-    names = list(result.keys())
-    for rows in result.partitions():
-        columns = zip(*rows, strict=True)
-        yield pa.table(
-            {
-                name: pa.array(values, _ENTRY_TYPES.get(name, pa.string()))
-                for name, values in zip(names, columns, strict=True)
-            }
-        )
+    return reader.batches(query, FOCUS_BATCH_ROWS, _ENTRY_TYPES)
 
 
-def _by_source_row(session: Session, query: Select[Any]) -> Iterator[tuple[int, pa.Table]]:
+def _by_source_row(reader: EntryReader, query: Select[Any]) -> Iterator[tuple[int, pa.Table]]:
     """The entries of each source row (the query is ordered by it), row by row."""
     held: list[pa.Table] = []
-    for batch in _entry_batches(session, query):
+    for batch in _entry_batches(reader, query):
         row_ids = batch["row_id"].to_numpy()
         bounds = np.flatnonzero(np.diff(row_ids)) + 1
         starts = [0, *bounds.tolist()]
@@ -393,7 +438,7 @@ def _payer_of(session: Session, run_id: int, sources: dict[int, BillingRow]) -> 
     """The payer columns for adjustment rows: those of the first source row split alone, else
     of the first pooled one."""
     first_single = session.scalar(
-        select(func.min(LedgerEntry.billing_row_id)).where(LedgerEntry.run_id == run_id)
+        select(func.min(LedgerRollup.billing_row_id)).where(LedgerRollup.run_id == run_id)
     )
     row = sources.get(first_single or 0) or next(iter(sources.values()), None)
     return _payer_columns(row) if row is not None else {}
@@ -403,14 +448,14 @@ def _focus_time(value: datetime) -> str:
     return f"{value:%Y-%m-%dT%H:%M:%SZ}"
 
 
-def _allocated_tags(entry: LedgerEntry) -> str:
+def _allocated_tags(entry: Mapping[str, Any]) -> str:
     return json.dumps(
         {
             k: v
             for k, v in {
-                "team": entry.team,
-                "session": entry.session_id,
-                "deployment": entry.deployment,
+                "team": entry["team"],
+                "session": entry["session_id"],
+                "deployment": entry["deployment"],
             }.items()
             if v is not None
         }
@@ -435,45 +480,43 @@ def _payer_columns(row: BillingRow) -> dict[str, Any]:
 
 
 def _adjustment_row(
-    entry: LedgerEntry, month: Month, payer: dict[str, Any], run_id: int
+    entry: Mapping[str, Any], month: Month, payer: dict[str, Any], run_id: int
 ) -> dict[str, Any]:
-    """A restatement booked in ``month``: the change to a closed month's allocation after
-    its billing was re-delivered. List and contracted cost are not restated (zero)."""
+    """A restatement booked in ``month`` (an adjustment entry's columns): the change to a
+    closed month's allocation after its billing was re-delivered. List and contracted cost
+    are not restated (zero)."""
     start, end = month.start, month.end
-    adjusted_kind = entry.method.restated_kind
+    adjusted_kind = AllocationMethod(entry["method"]).restated_kind
+    charge_start, charge_end = entry["charge_period_start"], entry["charge_period_end"]
     return {
         **payer,
         "BillingPeriodStart": _focus_time(start),
         "BillingPeriodEnd": _focus_time(end),
-        "ChargePeriodStart": _focus_time(entry.charge_period_start)
-        if entry.charge_period_start
-        else None,
-        "ChargePeriodEnd": _focus_time(entry.charge_period_end)
-        if entry.charge_period_end
-        else None,
+        "ChargePeriodStart": _focus_time(charge_start) if charge_start else None,
+        "ChargePeriodEnd": _focus_time(charge_end) if charge_end else None,
         "ChargeCategory": "Adjustment",
         "ChargeClass": "Correction",
-        "ChargeDescription": f"SpecLedger restatement of {entry.corrects_month} "
+        "ChargeDescription": f"SpecLedger restatement of {entry['corrects_month']} "
         f"({adjusted_kind} share) after its billing was re-delivered",
-        "BillingCurrency": entry.currency,
-        "BilledCost": micros_to_decimal(entry.billed_cost_micros),
-        "EffectiveCost": micros_to_decimal(entry.effective_cost_micros),
+        "BillingCurrency": entry["currency"],
+        "BilledCost": micros_to_decimal(entry["billed_cost_micros"]),
+        "EffectiveCost": micros_to_decimal(entry["effective_cost_micros"]),
         "ListCost": Decimal(0),
         "ContractedCost": Decimal(0),
         "AllocatedMethodId": "specledger:restatement",
         "AllocatedMethodDetails": json.dumps(
             {
                 "x_Kind": adjusted_kind,
-                "x_CorrectsMonth": entry.corrects_month,
+                "x_CorrectsMonth": entry["corrects_month"],
                 "x_AllocationRunId": run_id,
             }
         ),
-        "AllocatedResourceId": f"idle:{entry.deployment}"
+        "AllocatedResourceId": f"idle:{entry['deployment']}"
         if adjusted_kind is EntryKind.idle
         else None,
-        "AllocatedResourceName": entry.session_id,
+        "AllocatedResourceName": entry["session_id"],
         "AllocatedTags": _allocated_tags(entry),
-        "x_CorrectsMonth": entry.corrects_month,
+        "x_CorrectsMonth": entry["corrects_month"],
     }
 
 

@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 from app.domain.sessions import union_length
 from app.domain.usage import UsageEvent
 from app.domain.windows import TimeWindow
-from app.ledger.repository import current_run_ids
+from app.ledger.repository import current_run_ids, refuse_store_runs
 from app.models import LedgerEntry, UsageRecord
 from app.usage.repository import insert_usage
 
@@ -66,6 +66,7 @@ def list_sessions(
     session: Session, *, window: TimeWindow, team: str | None, limit: int, offset: int
 ) -> SessionList:
     """Sessions with requests arriving in the window, by first arrival; ``team`` filters."""
+    refuse_store_runs(session, "the session list", window=(window.start, window.end))
     conditions = _usage_filter(window, team)
     grouped = (
         select(

@@ -28,7 +28,7 @@ from app.domain.waste import (
     low_acceptance_findings,
 )
 from app.domain.windows import TimeWindow
-from app.ledger.repository import current_run_ids
+from app.ledger.repository import current_run_ids, refuse_store_runs
 from app.models import Deployment, LedgerEntry, Replica, UsageRecord
 
 
@@ -51,6 +51,7 @@ def find_waste(
     default_currency: str,
 ) -> WasteReport:
     """Every finding in the window, largest estimated monthly cost first."""
+    refuse_store_runs(session, "waste findings", window=(window.start, window.end))
     observed = (min(window.end, max(now, window.start)) - window.start).total_seconds()
     observed = observed if observed > 0 else window.seconds
     usage = [

@@ -5,6 +5,7 @@ Each example writes a generated month into the database, allocates it there, cop
 usage to a fresh store and allocates it again from the store (the run replaces the first),
 all inside a savepoint rolled back afterwards."""
 
+import json
 import uuid
 from datetime import timedelta
 from pathlib import Path
@@ -29,6 +30,7 @@ from app.domain.periods import Month
 from app.domain.usage import UsageEvent
 from app.kit.dataset_store import DatasetStore, StoreError
 from app.ledger.costs import unit_costs
+from app.ledger.focus_export import focus_allocation_table
 from app.ledger.reconcile import reconcile
 from app.ledger.repository import store_entries_prefix
 from app.ledger.service import close_month, verify_closed_month
@@ -108,6 +110,16 @@ def _costs(session: Session) -> list[dict[str, Any]]:
     ]
 
 
+def _focus_rows(table: pa.Table) -> list[dict[str, Any]]:
+    """The export's rows as written, but the run id each names (the runs differ)."""
+    rows = table.to_pylist()
+    for row in rows:
+        details = json.loads(row["AllocatedMethodDetails"] or "{}")
+        details.pop("x_AllocationRunId", None)
+        row["AllocatedMethodDetails"] = details
+    return rows
+
+
 def _without_run(report: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in report.items() if k != "run_id"}
 
@@ -130,6 +142,7 @@ def test_a_store_allocates_as_the_database_does(
         database_rollups = _rollups(session, in_database.run_id)
         database_report = reconcile(session, OCTOBER).to_json()
         database_costs = _costs(session)
+        database_focus = focus_allocation_table(session, OCTOBER)
         parquet = DatasetStore.at(str(folder / "store"))
         assert _copy_usage(session, parquet) == len(month.requests)
         in_store = run_allocation(
@@ -142,6 +155,7 @@ def test_a_store_allocates_as_the_database_does(
         assert _without_run(reconcile(session, OCTOBER).to_json()) == _without_run(database_report)
         assert (in_store.entries, in_store.totals) == (in_database.entries, in_database.totals)
         assert _costs(session) == database_costs
+        assert _focus_rows(focus_allocation_table(session, OCTOBER)) == _focus_rows(database_focus)
         savepoint.rollback()
 
 
@@ -235,3 +249,18 @@ def test_a_store_address_that_cannot_be_used_is_a_clear_error(tmp_path: Path) ->
     parquet = DatasetStore(str(blocker), DatasetStore.at(str(tmp_path)).fs, blocker.as_posix())
     with pytest.raises(StoreError, match=f"store {blocker}: cannot write usage"):
         write_usage(parquet, events_table([_event()]))
+
+
+def test_reports_that_read_only_the_database_refuse_a_month_in_a_store(
+    session: Session, tmp_path: Path
+) -> None:
+    from app.allocation.query import AllocationQuery, query_allocation
+    from app.domain.windows import TimeWindow
+    from app.ledger.repository import EntriesInStore
+
+    _allocated_october_in_store(session, tmp_path)
+    window = TimeWindow(OCTOBER.start, OCTOBER.end)
+    with pytest.raises(EntriesInStore, match="the allocation query reads ledger entries"):
+        query_allocation(session, AllocationQuery(window=window, aggregate=("team",), step=None))
+    # Reconciliation and the dashboards' hourly ledger read the rollups: the month is there.
+    assert reconcile(session, OCTOBER).balanced

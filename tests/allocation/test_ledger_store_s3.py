@@ -6,13 +6,15 @@ proven unchanged until an object is overwritten."""
 from __future__ import annotations
 
 import json
-from decimal import Decimal
 from collections.abc import Iterator
 from datetime import timedelta
+from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import boto3
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 import pytest
 from sqlalchemy import Engine, func, select
 from typer.testing import CliRunner
@@ -111,6 +113,13 @@ def test_a_month_allocated_from_and_into_s3_reconciles_and_stays_provably_closed
     assert lines[("search", "s0")]["completion_tokens"] == 3 * 50  # k = 0 in each hour
     total = sum(Decimal(line["effective_cost"]) for line in lines.values())
     assert total == Decimal(report["currencies"]["USD"]["bill"]["effective"])
+    # The FOCUS allocation export streams the bucket's entries: a row per share, summing
+    # back to the bill.
+    focus = tmp_path / "focus.parquet"
+    _ok("export", "chargeback", "--month", "2026-11", "--format", "focus", "--out", str(focus))
+    shares = pq.read_table(focus)
+    assert shares.num_rows == summary["entries"]
+    assert pc.sum(shares["EffectiveCost"]).as_py() == total
 
     _ok("ledger", "close", "2026-11")
     assert "unchanged since the close" in _ok("ledger", "verify", "2026-11")
