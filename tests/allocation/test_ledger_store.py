@@ -112,7 +112,7 @@ def _costs(session: Session) -> list[dict[str, Any]]:
 
 def _focus_rows(table: pa.Table) -> list[dict[str, Any]]:
     """The export's rows as written, but the run id each names (the runs differ)."""
-    rows = table.to_pylist()
+    rows: list[dict[str, Any]] = table.to_pylist()
     for row in rows:
         details = json.loads(row["AllocatedMethodDetails"] or "{}")
         details.pop("x_AllocationRunId", None)
