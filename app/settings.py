@@ -45,6 +45,11 @@ class Settings(BaseSettings):
         description="Engine that runs the allocation plan: duckdb (embedded, no server) or "
         "spark (Apache Spark; needs Java 17 and the spark extra).",
     )
+    ledger_memory_limit: str = Field(
+        "2GB",
+        description="DuckDB's memory limit for the allocation plan (it spills to disk beyond "
+        "it): a few GB per thread is enough for any month.",
+    )
     ledger_store: str | None = Field(
         None,
         description="Where usage records and ledger entries live at scale: a folder or "

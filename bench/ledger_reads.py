@@ -1,7 +1,7 @@
 """The ledger's commands on a large month in the embedded database (SQLite), each timed beside
 bare SQL doing the least the same read must do, in the same run.
 
-    .venv/bin/python -m bench.ledger_reads [--sizes 1000000,10000000] [--keep DIR]
+    .venv/bin/python -m bench.ledger_reads [--sizes 1000000,10000000] [--keep DIR] [--no-bare]
 
 A month of requests (the fleet and sessions of bench/allocate.py for that size) is written
 into a fresh SQLite database, with a synthetic FOCUS bill for the fleet (p4d.24xlarge hours
@@ -186,7 +186,7 @@ def bare(database: Path, sql: str, out: Path | None) -> dict[str, float]:
     return _timed(command, "bare SQL")
 
 
-def run_size(folder: Path, requests: int) -> None:
+def run_size(folder: Path, requests: int, *, database_reads: bool = True) -> None:
     begin = time.perf_counter()
     env = seed(folder, requests)
     database = folder / "ledger.db"
@@ -199,7 +199,11 @@ def run_size(folder: Path, requests: int) -> None:
     costs_out = folder / "costs.json"
     costs = cli(env, "costs", "--month", month, "--by", "team,session", "--json", out=costs_out)
     lines = len(json.loads(costs_out.read_text())["lines"])
-    _line("costs --by team,session", costs, bare(database, COSTS_SQL, None), f"{lines:,} lines")
+    reference = bare(database, COSTS_SQL, None) if database_reads else None
+    _line("costs --by team,session", costs, reference, f"{lines:,} lines")
+    if not database_reads:
+        run_store(folder, requests, env, costs_out)
+        return
     focus_out = folder / "focus.parquet"
     focus = cli(
         env, "export", "chargeback", "--month", month, "--format", "focus", "--out", str(focus_out)
@@ -252,15 +256,21 @@ def main() -> None:
     )
     parser.add_argument("--sizes", default="1000000", help="Requests a month, comma-separated.")
     parser.add_argument("--keep", type=Path, help="Build the databases here and keep them.")
+    parser.add_argument(
+        "--no-bare",
+        action="store_true",
+        help="Skip the bare SQL references and the FOCUS export from the database (the "
+        "longest steps at 10M): allocate, costs and the store run only.",
+    )
     args = parser.parse_args()
     for size in (int(s) for s in args.sizes.split(",")):
         if args.keep:
             folder = args.keep / str(size)
             folder.mkdir(parents=True, exist_ok=False)
-            run_size(folder, size)
+            run_size(folder, size, database_reads=not args.no_bare)
         else:
             with tempfile.TemporaryDirectory(prefix="specledger-reads-") as tmp:
-                run_size(Path(tmp), size)
+                run_size(Path(tmp), size, database_reads=not args.no_bare)
 
 
 if __name__ == "__main__":

@@ -153,6 +153,7 @@ class PlanEngine:
             EngineName(settings.ledger_engine),
             spark_master=settings.spark_master,
             spark_partitions=settings.spark_partitions,
+            duckdb_options={"memory_limit": settings.ledger_memory_limit},
         )
 
     def allocate(self, inputs: Mapping[str, pa.Table], *, share_idle: bool) -> PlanResult:
@@ -190,7 +191,8 @@ class PlanEngine:
             return self._spark_dataset(small, usage, out, share_idle=share_idle)
         entries_file = out / "entries" / "part-0.parquet"
         entries_file.parent.mkdir(parents=True, exist_ok=True)
-        with self._duckdb(small) as con:
+        spill = {"temp_directory": str(out / "spill")}
+        with self._duckdb(small, {**spill, **self.duckdb_options}) as con:
             con.execute(f"CREATE VIEW {_view('usage')} AS {usage_sql(con, usage)}")
             entries_sql, pools_sql = _staged_plan_sql(con, share_idle=share_idle)
             con.execute(f"COPY ({entries_sql}) TO {_quote(str(entries_file))} (FORMAT parquet)")
@@ -209,8 +211,12 @@ class PlanEngine:
         with self._duckdb({"entries": entries}) as con:
             return con.sql(rollup_sql("duckdb")).to_arrow_table()
 
-    def _duckdb(self, tables: Mapping[str, pa.Table]) -> duckdb.DuckDBPyConnection:
-        con = duckdb.connect(config=dict(self.duckdb_options))
+    def _duckdb(
+        self, tables: Mapping[str, pa.Table], options: Mapping[str, Any] | None = None
+    ) -> duckdb.DuckDBPyConnection:
+        con = duckdb.connect(config=dict(self.duckdb_options if options is None else options))
+        # DuckDB draws a progress bar on stdout for long queries: not in a CLI's --json.
+        con.execute("SET enable_progress_bar = false")
         for name, table in tables.items():
             con.register(_view(name), table)
         return con

@@ -5,7 +5,7 @@ billing rows (thousands, not millions) get their deployment tag's value read her
 tags are JSON whose functions differ between SQLite and PostgreSQL.
 """
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -200,6 +200,17 @@ def registry(session: Session) -> tuple[pa.Table, pa.Table]:
 
 def usage_between(session: Session, start_us: int, end_us: int) -> pa.Table:
     """Requests overlapping ``[start_us, end_us)`` (epoch microseconds)."""
+    batches = list(usage_batches_between(session, start_us, end_us))
+    return pa.concat_tables(batches) if batches else empty_usage()
+
+
+def empty_usage() -> pa.Table:
+    """The plan's usage input with no request."""
+    return _usage_batch([[] for _ in range(9)])
+
+
+def usage_batches_between(session: Session, start_us: int, end_us: int) -> Iterator[pa.Table]:
+    """Requests overlapping ``[start_us, end_us)``, in batches of the plan's usage input."""
     start, end = (pa.scalar(v, pa.timestamp("us", tz="UTC")).as_py() for v in (start_us, end_us))
     query = (
         select(
@@ -217,8 +228,8 @@ def usage_between(session: Session, start_us: int, end_us: int) -> pa.Table:
         .order_by(UsageRecord.id)
     )
     result = session.execute(query.execution_options(yield_per=_USAGE_BATCH_ROWS))
-    batches = [_usage_batch(list(zip(*rows, strict=True))) for rows in result.partitions()]
-    return pa.concat_tables(batches) if batches else _usage_batch([[] for _ in range(9)])
+    for rows in result.partitions():
+        yield _usage_batch(list(zip(*rows, strict=True)))
 
 
 _USAGE_BATCH_ROWS = 200_000

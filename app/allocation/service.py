@@ -1,19 +1,28 @@
 """Allocation runs: join billing to usage, split every row, write the ledger atomically."""
 
+import itertools
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
 from sqlalchemy import delete, insert, update
 from sqlalchemy.orm import Session
 
-from app.allocation.engine import PlanEngine
-from app.allocation.repository import plan_inputs_without_usage, usage_span
+from app.allocation.engine import DatasetRun, PlanEngine
+from app.allocation.repository import (
+    empty_usage,
+    plan_inputs_without_usage,
+    usage_batches_between,
+    usage_span,
+)
 from app.allocation.restatement import restatement_adjustments
-from app.allocation.windowing import Window, compute_window
+from app.allocation.windowing import Window
 from app.domain.errors import MonthClosed
 from app.domain.ledger import RunStatus
 from app.kit.bulk import bulk_insert
@@ -130,6 +139,13 @@ class _Written:
     store_files: dict[str, str] | None = None
 
 
+IN_MEMORY_REQUESTS = 1_000_000
+"""A window with more requests than this is allocated through spill files: its usage written
+to Parquet a batch at a time, the plan run stage by stage within DuckDB's memory limit, the
+entries inserted a batch at a time, so memory does not grow with the month. A smaller one
+is allocated in memory, which starts faster."""
+
+
 def _allocate_to_database(
     session: Session,
     window: Window,
@@ -139,18 +155,80 @@ def _allocate_to_database(
     tag_key: str,
     engine: PlanEngine,
 ) -> _Written:
-    computed = compute_window(
-        session, window, share_idle=share_idle, tag_key=tag_key, engine=engine
-    )
-    entries = computed.result.entries
+    small = _small_inputs(session, window, tag_key)
+    batches = usage_batches_between(session, *usage_span(small["rows"]))
+    head: list[pa.Table] = []
+    for batch in batches:
+        head.append(batch)
+        if sum(b.num_rows for b in head) > IN_MEMORY_REQUESTS:
+            return _allocate_spilled(
+                session, window, run_id, small, itertools.chain(head, batches), adjustments,
+                share_idle, engine,
+            )  # fmt: skip
+    usage = pa.concat_tables(head) if head else empty_usage()
+    result = engine.allocate({**small, "usage": usage}, share_idle=share_idle)
+    entries = result.entries
     if adjustments is not None:
         entries = pa.concat_tables([entries, adjustments.cast(entries.schema)])
     bulk_insert(
         session.connection(), "ledger_entries", entries_table(run_id, window.booked_month, entries)
     )
     return _Written(
-        computed.rows, entries.num_rows, computed.result.pool_rows, engine.rollups(entries)
+        small["rows"].num_rows, entries.num_rows, result.pool_rows, engine.rollups(entries)
     )
+
+
+def _allocate_spilled(
+    session: Session,
+    window: Window,
+    run_id: int,
+    small: dict[str, pa.Table],
+    usage: Iterator[pa.Table],
+    adjustments: pa.Table | None,
+    share_idle: bool,
+    engine: PlanEngine,
+) -> _Written:
+    conn = session.connection()
+    with tempfile.TemporaryDirectory(prefix="specledger-run-") as scratch:
+        folder = Path(scratch)
+        (folder / "usage").mkdir()
+        for number, batch in enumerate(usage):
+            pq.write_table(batch, folder / "usage" / f"part-{number}.parquet")
+        run = engine.allocate_dataset(
+            small, str(folder / "usage" / "*.parquet"), folder / "out", share_idle=share_idle
+        )
+        entries = ds.dataset(folder / "out" / "entries", format="parquet")
+        for batch in entries.to_batches(batch_size=_INSERT_BATCH_ROWS):
+            table = pa.Table.from_batches([batch])
+            bulk_insert(conn, "ledger_entries", entries_table(run_id, window.booked_month, table))
+    if adjustments is not None and adjustments.num_rows:
+        bulk_insert(conn, "ledger_entries", entries_table(run_id, window.booked_month, adjustments))
+    rollups, count = _with_adjustments(run, adjustments, engine)
+    return _Written(small["rows"].num_rows, count, run.pool_rows, rollups)
+
+
+_INSERT_BATCH_ROWS = 200_000
+
+
+def _small_inputs(session: Session, window: Window, tag_key: str) -> dict[str, pa.Table]:
+    return plan_inputs_without_usage(
+        session,
+        start=window.start,
+        end=window.end,
+        by_billing_period=window.month is not None,
+        booked_month=window.booked_month,
+        tag_key=tag_key,
+    )
+
+
+def _with_adjustments(
+    run: DatasetRun, adjustments: pa.Table | None, engine: PlanEngine
+) -> tuple[pa.Table, int]:
+    """A dataset run's rollups and entry count with the restatement adjustments added."""
+    if adjustments is None or not adjustments.num_rows:
+        return run.rollups, run.entries
+    rollups = pa.concat_tables([run.rollups, engine.rollups(adjustments).cast(run.rollups.schema)])
+    return rollups, run.entries + adjustments.num_rows
 
 
 def _allocate_to_store(
@@ -163,14 +241,7 @@ def _allocate_to_store(
     tag_key: str,
     engine: PlanEngine,
 ) -> _Written:
-    small = plan_inputs_without_usage(
-        session,
-        start=window.start,
-        end=window.end,
-        by_billing_period=window.month is not None,
-        booked_month=window.booked_month,
-        tag_key=tag_key,
-    )
+    small = _small_inputs(session, window, tag_key)
     first, last = usage_span(small["rows"])
     prefix = store_entries_prefix(window.booked_month, run_id)
     with tempfile.TemporaryDirectory(prefix="specledger-run-") as scratch:
@@ -179,11 +250,9 @@ def _allocate_to_store(
             small, plan_usage(store, first, last), out, share_idle=share_idle
         )
         files = store.upload(out / "entries", prefix)
-    rollups, entries = run.rollups, run.entries
     if adjustments is not None and adjustments.num_rows:
         files += store.write(adjustments, f"{prefix}/adjustments")
-        rollups = pa.concat_tables([rollups, engine.rollups(adjustments).cast(rollups.schema)])
-        entries += adjustments.num_rows
+    rollups, entries = _with_adjustments(run, adjustments, engine)
     return _Written(small["rows"].num_rows, entries, run.pool_rows, rollups, store.checksums(files))
 
 

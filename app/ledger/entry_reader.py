@@ -128,6 +128,7 @@ def entry_reader(
     store = DatasetStore.at(run.store_uri, s3_endpoint_url=s3_endpoint_url)
     with duckdb.connect() as con:
         con.execute("SET TimeZone = 'UTC'")
+        con.execute("SET enable_progress_bar = false")  # it draws on stdout
         _entries_view(con, store, run)
         _usage_view(con, store, run.window_start, run.window_end)
         con.register("ledger_pool_rows", _pool_rows(session, run.id))

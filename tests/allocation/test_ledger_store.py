@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from app.allocation import service as allocation_service
 from app.allocation.engine import usage_sql
 from app.allocation.plan import ENTRY_COLUMNS
 from app.allocation.service import run_allocation
@@ -156,6 +157,35 @@ def test_a_store_allocates_as_the_database_does(
         assert (in_store.entries, in_store.totals) == (in_database.entries, in_database.totals)
         assert _costs(session) == database_costs
         assert _focus_rows(focus_allocation_table(session, OCTOBER)) == _focus_rows(database_focus)
+        savepoint.rollback()
+
+
+@settings(
+    max_examples=4,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(month=months(max_scenarios=6), share_idle=st.booleans())
+def test_a_large_month_in_the_database_is_allocated_through_spill_files_alike(
+    session: Session,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    month: GeneratedMonth,
+    share_idle: bool,
+) -> None:
+    folder = tmp_path / uuid.uuid4().hex
+    folder.mkdir()
+    with session.begin_nested() as savepoint:
+        put_in_database(session, month, folder)
+        in_memory = run_allocation(session, _window(), share_idle=share_idle, tag_key=TAG)
+        entries = _database_entries(session, in_memory.run_id)
+        rollups = _rollups(session, in_memory.run_id)
+        with monkeypatch.context() as patch:  # every month is "large"
+            patch.setattr(allocation_service, "IN_MEMORY_REQUESTS", -1)
+            spilled = run_allocation(session, _window(), share_idle=share_idle, tag_key=TAG)
+        assert _database_entries(session, spilled.run_id) == entries
+        assert _rollups(session, spilled.run_id) == rollups
+        assert (spilled.entries, spilled.totals) == (in_memory.entries, in_memory.totals)
         savepoint.rollback()
 
 
