@@ -7,20 +7,27 @@ in the month being allocated and naming the month they correct.
 """
 
 import hashlib
+import tempfile
 from collections import defaultdict
+from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
-from sqlalchemy import func, select
+import pyarrow.dataset as ds
+from sqlalchemy import Select, func, select
 from sqlalchemy.orm import Session
 
 from app.allocation.engine import PlanEngine
+from app.allocation.repository import plan_inputs_without_usage, usage_span
 from app.allocation.windowing import Window, compute_window
-from app.domain.errors import InvalidInput
 from app.domain.ledger import AllocationMethod, EntryKind
 from app.domain.periods import Month
+from app.kit.dataset_store import DatasetStore
 from app.kit.epoch import to_us
+from app.ledger.entry_reader import entry_reader, run_store
 from app.ledger.repository import current_run_ids
-from app.models import AllocationRun, BillingDelivery, LedgerClosure, LedgerEntry
+from app.models import AllocationRun, BillingDelivery, LedgerClosure, LedgerEntry, LedgerRollup
+from app.usage.store import plan_usage
 
 Key = tuple[EntryKind, str | None, str | None, str | None, str]
 """(kind, deployment, team, session_id, currency): the grain adjustments are kept at."""
@@ -43,15 +50,17 @@ def billing_fingerprint(session: Session, month_start: object) -> str:
 
 
 def restatement_adjustments(
-    session: Session, *, month: str, tag_key: str, engine: PlanEngine | None = None
+    session: Session,
+    *,
+    month: str,
+    tag_key: str,
+    engine: PlanEngine | None = None,
+    store: DatasetStore | None = None,
 ) -> tuple[pa.Table, list[str]]:
     """Adjusting entries (shaped as the plan's) for every closed month before ``month``
-    whose billing changed and whose first open month is ``month``.
-
-    Raises:
-        InvalidInput: If such a month's run keeps its entries in a Parquet store (its
-            restatement is not built yet).
-    """
+    whose billing changed and whose first open month is ``month``. A closed month kept in
+    a Parquet store is allocated again from the store's usage and compared with the
+    entries in its files (``store`` is used where it is the store a run names)."""
     closed = session.scalars(
         select(LedgerClosure).where(LedgerClosure.month < month).order_by(LedgerClosure.month)
     ).all()
@@ -70,14 +79,11 @@ def restatement_adjustments(
                 AllocationRun.id == closure.run_id
             )
         ).one()
-        if store_uri is not None:
-            raise InvalidInput(
-                f"the billing of closed month {closure.month} changed, and its entries are in "
-                f"the Parquet store {store_uri}: restating a month kept in a store is not "
-                "supported yet"
-            )
-        target = _aggregate_computed(session, window, bool(share_idle), tag_key, engine)
-        booked = _booked_for(session, closure.month, exclude_month=month)
+        closed_store = run_store(store_uri, store) if store_uri else None
+        target = _aggregate_computed(
+            session, window, bool(share_idle), tag_key, engine or PlanEngine(), closed_store
+        )
+        booked = _booked_for(session, closure.month, exclude_month=month, store=store)
         diff = {
             key: (
                 target.get(key, (0, 0))[0] - booked.get(key, (0, 0))[0],
@@ -105,26 +111,53 @@ def _has_adjustments(session: Session, month: str) -> bool:
     return bool(
         session.scalar(
             select(func.count())
-            .select_from(LedgerEntry)
-            .where(LedgerEntry.corrects_month == month, LedgerEntry.kind == EntryKind.adjustment)
+            .select_from(LedgerRollup)
+            .where(LedgerRollup.corrects_month == month, LedgerRollup.kind == EntryKind.adjustment)
         )
     )
 
 
+_KEY_COLUMNS = ["kind", "deployment", "team", "session_id", "currency"]
+
+
 def _aggregate_computed(
-    session: Session, window: Window, share_idle: bool, tag_key: str, engine: PlanEngine | None
+    session: Session,
+    window: Window,
+    share_idle: bool,
+    tag_key: str,
+    engine: PlanEngine,
+    store: DatasetStore | None,
 ) -> dict[Key, tuple[int, int]]:
-    computed = compute_window(
-        session, window, share_idle=share_idle, tag_key=tag_key, engine=engine
+    """The month allocated again (in memory from the database's usage, or through Parquet
+    from its store's), summed at the adjustments' grain."""
+    if store is None:
+        entries = compute_window(
+            session, window, share_idle=share_idle, tag_key=tag_key, engine=engine
+        ).result.entries
+        return _sums(entries)
+    small = plan_inputs_without_usage(
+        session,
+        start=window.start,
+        end=window.end,
+        by_billing_period=True,
+        booked_month=window.booked_month,
+        tag_key=tag_key,
     )
-    keys = ["kind", "deployment", "team", "session_id", "currency"]
-    sums = computed.result.entries.group_by(keys, use_threads=False).aggregate(
+    usage = plan_usage(store, *usage_span(small["rows"]))
+    with tempfile.TemporaryDirectory(prefix="specledger-restate-") as scratch:
+        engine.allocate_dataset(small, usage, Path(scratch), share_idle=share_idle)
+        columns = [*_KEY_COLUMNS, "effective_cost_micros", "billed_cost_micros"]
+        return _sums(ds.dataset(Path(scratch) / "entries").to_table(columns=columns))
+
+
+def _sums(entries: pa.Table) -> dict[Key, tuple[int, int]]:
+    sums = entries.group_by(_KEY_COLUMNS, use_threads=False).aggregate(
         [("effective_cost_micros", "sum"), ("billed_cost_micros", "sum")]
     )
     return {
         (EntryKind(kind), deployment, team, session_id, currency): (int(eff), int(billed))
         for kind, deployment, team, session_id, currency, eff, billed in zip(
-            *(sums[c].to_pylist() for c in keys),
+            *(sums[c].to_pylist() for c in _KEY_COLUMNS),
             sums["effective_cost_micros_sum"].to_pylist(),
             sums["billed_cost_micros_sum"].to_pylist(),
             strict=True,
@@ -132,43 +165,60 @@ def _aggregate_computed(
     }
 
 
-def _booked_for(session: Session, month: str, *, exclude_month: str) -> dict[Key, tuple[int, int]]:
+def _booked_for(
+    session: Session, month: str, *, exclude_month: str, store: DatasetStore | None
+) -> dict[Key, tuple[int, int]]:
     """What the ledger already holds for a month: its own entries plus adjustments to it
-    booked in other months (the month being allocated is re-run, so it is left out)."""
+    booked in other months (the month being allocated is re-run, so it is left out), read
+    from each run's entries wherever the run keeps them."""
+    own = (LedgerRollup.booked_month == month) & (LedgerRollup.kind != EntryKind.adjustment)
+    later = (
+        (LedgerRollup.corrects_month == month)
+        & (LedgerRollup.kind == EntryKind.adjustment)
+        & (LedgerRollup.booked_month != exclude_month)
+    )
+    runs = session.scalars(
+        select(LedgerRollup.run_id)
+        .where(LedgerRollup.run_id.in_(current_run_ids()), own | later)
+        .distinct()
+        .order_by(LedgerRollup.run_id)
+    ).all()
+    totals: dict[Key, list[int]] = defaultdict(lambda: [0, 0])
+    for run_id in runs:
+        with entry_reader(session, run_id, store=store) as reader:
+            rows = reader.rows(_booked_query(run_id, month, exclude_month))
+        for entry_kind, method, deployment, team, session_id, currency, eff, billed in rows:
+            # An adjustment keeps the kind it adjusts in its method.
+            base = AllocationMethod(method).restated_kind or EntryKind(entry_kind)
+            totals[(base, deployment, team, session_id, currency)][0] += int(eff)
+            totals[(base, deployment, team, session_id, currency)][1] += int(billed)
+    return {k: (v[0], v[1]) for k, v in totals.items()}
+
+
+def _booked_query(run_id: int, month: str, exclude_month: str) -> Select[*tuple[Any, ...]]:
     own = (LedgerEntry.booked_month == month) & (LedgerEntry.kind != EntryKind.adjustment)
     later = (
         (LedgerEntry.corrects_month == month)
         & (LedgerEntry.kind == EntryKind.adjustment)
         & (LedgerEntry.booked_month != exclude_month)
     )
-    rows = session.execute(
+    columns = (
+        LedgerEntry.kind,
+        LedgerEntry.method,
+        LedgerEntry.deployment,
+        LedgerEntry.team,
+        LedgerEntry.session_id,
+        LedgerEntry.currency,
+    )
+    return (
         select(
-            LedgerEntry.kind,
-            LedgerEntry.method,
-            LedgerEntry.deployment,
-            LedgerEntry.team,
-            LedgerEntry.session_id,
-            LedgerEntry.currency,
+            *columns,
             func.sum(LedgerEntry.effective_cost_micros),
             func.sum(LedgerEntry.billed_cost_micros),
         )
-        .where(LedgerEntry.run_id.in_(current_run_ids()), own | later)
-        .group_by(
-            LedgerEntry.kind,
-            LedgerEntry.method,
-            LedgerEntry.deployment,
-            LedgerEntry.team,
-            LedgerEntry.session_id,
-            LedgerEntry.currency,
-        )
-    ).all()
-    totals: dict[Key, list[int]] = defaultdict(lambda: [0, 0])
-    for entry_kind, method, deployment, team, session_id, currency, eff, billed in rows:
-        # An adjustment keeps the kind it adjusts in its method.
-        base = method.restated_kind or entry_kind
-        totals[(base, deployment, team, session_id, currency)][0] += int(eff)
-        totals[(base, deployment, team, session_id, currency)][1] += int(billed)
-    return {k: (v[0], v[1]) for k, v in totals.items()}
+        .where(LedgerEntry.run_id == run_id, own | later)
+        .group_by(*columns)
+    )
 
 
 def _adjustment_table(

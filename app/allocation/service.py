@@ -94,7 +94,9 @@ def run_allocation(
         .returning(AllocationRun.id)
     ).scalar_one()
     adjustments, adjusted = (
-        restatement_adjustments(session, month=window.month, tag_key=tag_key, engine=engine)
+        restatement_adjustments(
+            session, month=window.month, tag_key=tag_key, engine=engine, store=store
+        )
         if window.month
         else (None, [])
     )

@@ -117,15 +117,20 @@ def _plain(value: Any) -> Any:
 
 @contextmanager
 def entry_reader(
-    session: Session, run_id: int | None, *, s3_endpoint_url: str | None = None
+    session: Session,
+    run_id: int | None,
+    *,
+    s3_endpoint_url: str | None = None,
+    store: DatasetStore | None = None,
 ) -> Iterator[EntryReader]:
     """A reader of the run's entries (and the usage they price) wherever the run keeps
-    them; None reads the database (a month with no run has no entries there)."""
+    them; None reads the database (a month with no run has no entries there). ``store``
+    is used when it is the run's store (it knows its endpoint)."""
     run = session.get(AllocationRun, run_id) if run_id is not None else None
     if run is None or run.store_uri is None:
         yield _DatabaseReader(session)
         return
-    store = DatasetStore.at(run.store_uri, s3_endpoint_url=s3_endpoint_url)
+    store = run_store(run.store_uri, store, s3_endpoint_url=s3_endpoint_url)
     with duckdb.connect() as con:
         con.execute("SET TimeZone = 'UTC'")
         con.execute("SET enable_progress_bar = false")  # it draws on stdout
@@ -133,6 +138,15 @@ def entry_reader(
         _usage_view(con, store, run.window_start, run.window_end)
         con.register("ledger_pool_rows", _pool_rows(session, run.id))
         yield _StoreReader(con)
+
+
+def run_store(
+    uri: str, known: DatasetStore | None, *, s3_endpoint_url: str | None = None
+) -> DatasetStore:
+    """The store a run names: ``known`` when it is that store, else opened from its URI."""
+    if known is not None and known.uri == uri:
+        return known
+    return DatasetStore.at(uri, s3_endpoint_url=s3_endpoint_url)
 
 
 def _pool_rows(session: Session, run_id: int) -> pa.Table:

@@ -26,7 +26,6 @@ from app.allocation.plan import ENTRY_COLUMNS
 from app.allocation.service import run_allocation
 from app.allocation.windowing import Window
 from app.deployments.service import add_deployment, add_replica
-from app.domain.errors import InvalidInput
 from app.domain.periods import Month
 from app.domain.usage import UsageEvent
 from app.kit.dataset_store import DatasetStore, StoreError
@@ -233,21 +232,58 @@ def test_a_closed_month_in_a_store_is_proven_unchanged_and_tampering_is_found(
     assert verify_closed_month(session, OCTOBER).missing == [first]
 
 
-def test_a_restatement_of_a_month_in_a_store_is_refused_clearly(
+def test_a_restatement_of_a_month_in_a_store_books_what_the_database_books(
     session: Session, tmp_path: Path
 ) -> None:
-    parquet = _allocated_october_in_store(session, tmp_path)
-    close_month(session, OCTOBER)
-    # AWS restates October (a newer delivery of its billing period).
-    _ingest(session, tmp_path / "oct-restated.csv", [focus_row(hour=0, cost="12.00")])
-    with pytest.raises(InvalidInput, match="restating a month kept in a store"):
-        run_allocation(
-            session,
-            Window.of_month(Month.parse("2026-11")),
-            share_idle=False,
-            tag_key=TAG,
-            store=parquet,
-        )
+    booked = []
+    for in_store in (False, True):
+        folder = tmp_path / ("store" if in_store else "database")
+        folder.mkdir()
+        with session.begin_nested() as savepoint:
+            parquet = DatasetStore.at(str(folder / "store")) if in_store else None
+            _ingest(
+                session,
+                folder / "oct.csv",
+                [focus_row(hour=h, cost="10.00") for h in range(2)],
+                age_s=3600,
+            )
+            add_deployment(session, name="d1")
+            add_replica(session, deployment="d1", name="r1", gpus=1)
+            insert_usage(
+                session.connection(),
+                [
+                    usage_record(arrived=at(0, 5), gpu_ns=1_800 * 10**9, team="search"),
+                    usage_record(arrived=at(1, 5), gpu_ns=900 * 10**9, team="ads"),
+                ],
+            )
+            if parquet is not None:
+                _copy_usage(session, parquet)
+            run_allocation(session, _window(), share_idle=False, tag_key=TAG, store=parquet)
+            close_month(session, OCTOBER)
+            # AWS restates October (hour 1: 16.00, not 10.00), then November is allocated.
+            _ingest(
+                session,
+                folder / "oct-restated.csv",
+                [focus_row(hour=0, cost="10.00"), focus_row(hour=1, cost="16.00")],
+            )
+            _ingest(session, folder / "nov.csv", [focus_row("2026-11", hour=0, cost="3.00")])
+            november = Window.of_month(Month.parse("2026-11"))
+            first = run_allocation(session, november, share_idle=False, tag_key=TAG, store=parquet)
+            again = run_allocation(session, november, share_idle=False, tag_key=TAG, store=parquet)
+            report = reconcile(session, Month.parse("2026-11")).to_json()
+            booked.append((first.adjusted_months, again.totals, report["adjustments"]))
+            assert _rollups(session, first.run_id) == []  # replaced by the re-run
+            savepoint.rollback()
+    assert booked[0] == booked[1]
+    # hour 1: ads used 900 of 3600 GPU-s: +1.50 to ads, +4.50 to idle, and no more on a re-run
+    assert booked[1][2] == [
+        {
+            "currency": "USD",
+            "corrects_month": "2026-10",
+            "effective": "6.000000",
+            "billed": "6.000000",
+        }
+    ]
 
 
 def _allocated_october_in_store(session: Session, tmp_path: Path) -> DatasetStore:
