@@ -20,8 +20,9 @@ from sqlalchemy.orm import Session
 from app.domain.allocation import split_by_weight
 from app.domain.ledger import TAG_PREFIX, CostLabel, Dimension, EntryKind
 from app.domain.windows import Step, TimeWindow, bucket_bounds
-from app.ledger.repository import current_run_ids, refuse_store_runs
-from app.models import LedgerEntry, UsageRecord
+from app.ledger.entry_reader import EntryReader, entry_reader
+from app.ledger.repository import current_run_ids
+from app.models import LedgerEntry, LedgerRollup, UsageRecord
 
 _ENTRY_COLUMNS: dict[str, Any] = {
     Dimension.team: LedgerEntry.team,
@@ -82,20 +83,34 @@ class AllocationResult:
 _GroupKey = tuple[Any, ...]
 
 
-def query_allocation(session: Session, query: AllocationQuery) -> AllocationResult:
-    """Allocated cost per aggregate and step over the window (see the module docstring)."""
+def query_allocation(
+    session: Session, query: AllocationQuery, *, s3_endpoint_url: str | None = None
+) -> AllocationResult:
+    """Allocated cost per aggregate and step over the window (see the module docstring).
+
+    Each month run with entries charged in the window is read where it keeps them (the
+    database or a Parquet store) and the groups are summed across runs."""
     cost = (
         LedgerEntry.effective_cost_micros
         if query.cost_metric is CostMetric.effective
         else LedgerEntry.billed_cost_micros
     )
-    refuse_store_runs(
-        session, "the allocation query", window=(query.window.start, query.window.end)
-    )
     share = query.idle is IdlePolicy.share
-    groups = _groups(session, query, cost, by_row=share)
-    if share:
-        groups = _share_idle(session, query, cost, groups)
+    groups: dict[_GroupKey, tuple[int, int, int]] = {}
+    idle_by_row: dict[int, int] = {}
+    basis_by_row: dict[int, int] = {}
+    for run_id in _runs_charged_in(session, query.window):
+        with entry_reader(session, run_id, s3_endpoint_url=s3_endpoint_url) as reader:
+            for key, (amount, _, gpu_ns) in _groups(reader, query, cost, run_id, share).items():
+                old = groups.get(key, (0, 0, 0))
+                groups[key] = (old[0] + amount, 0, old[2] + gpu_ns)
+            if share:
+                idle_by_row.update(_by_pool(reader, query, run_id, EntryKind.idle, func.sum(cost)))
+                basis_by_row.update(
+                    _by_pool(reader, query, run_id, EntryKind.request, func.sum(LedgerEntry.gpu_ns))
+                )
+    if share and idle_by_row:
+        groups = _share_idle(groups, idle_by_row, basis_by_row)
     lines: dict[tuple[Any, ...], AllocationLine] = {}
     for key, (amount, idle, gpu_ns) in groups.items():
         charge_start, kind, currency, deployment, _row, *values = key
@@ -125,9 +140,25 @@ def query_allocation(session: Session, query: AllocationQuery) -> AllocationResu
     return AllocationResult(ordered, dict(totals))
 
 
-def _in_window(query: AllocationQuery) -> list[ColumnElement[bool]]:
+def _runs_charged_in(session: Session, window: TimeWindow) -> list[int]:
+    """The current month runs with entries charged in the window (from their rollups)."""
+    return list(
+        session.scalars(
+            select(LedgerRollup.run_id)
+            .where(
+                LedgerRollup.run_id.in_(current_run_ids()),
+                LedgerRollup.charge_period_start >= window.start,
+                LedgerRollup.charge_period_start < window.end,
+            )
+            .distinct()
+            .order_by(LedgerRollup.run_id)
+        )
+    )
+
+
+def _in_window(query: AllocationQuery, run_id: int) -> list[ColumnElement[bool]]:
     return [
-        LedgerEntry.run_id.in_(current_run_ids()),
+        LedgerEntry.run_id == run_id,
         LedgerEntry.charge_period_start >= query.window.start,
         LedgerEntry.charge_period_start < query.window.end,
     ]
@@ -142,7 +173,7 @@ def _dimension(dimension: str) -> Any:
 
 
 def _groups(
-    session: Session, query: AllocationQuery, cost: Any, *, by_row: bool
+    reader: EntryReader, query: AllocationQuery, cost: Any, run_id: int, by_row: bool
 ) -> dict[_GroupKey, tuple[int, int, int]]:
     """Cost and GPU-ns per charge hour, kind, currency, deployment, (row) and dimensions."""
     dimensions = [_dimension(d) for d in query.aggregate]
@@ -156,17 +187,18 @@ def _groups(
     ]
     grouped = [c for c in columns if c is not None]
     statement = select(*grouped, func.sum(cost), func.sum(LedgerEntry.gpu_ns)).where(
-        *_in_window(query)
+        *_in_window(query, run_id)
     )
     if any(d in _USAGE_COLUMNS or d.startswith(TAG_PREFIX) for d in query.aggregate):
         statement = statement.outerjoin(UsageRecord, UsageRecord.event_id == LedgerEntry.event_id)
     if query.team is not None:
         statement = statement.where(LedgerEntry.team == query.team)
     result: dict[_GroupKey, tuple[int, int, int]] = {}
-    for row in session.execute(statement.group_by(*grouped)):
+    for row in reader.rows(statement.group_by(*grouped)):
         values = list(row)
         amount, gpu_ns = int(values[-2] or 0), int(values[-1] or 0)
         head = values[:-2]
+        head[1] = EntryKind(head[1])
         if not by_row:
             head.insert(4, None)
         key = tuple(head)
@@ -175,39 +207,30 @@ def _groups(
     return result
 
 
+def _by_pool(
+    reader: EntryReader, query: AllocationQuery, run_id: int, kind: EntryKind, total: Any
+) -> dict[int, int]:
+    """A sum over the run's entries of one kind in the window, per pool."""
+    return {
+        int(pool_id or 0): int(amount)
+        for pool_id, amount in reader.rows(
+            select(LedgerEntry.pool_id, total)
+            .where(
+                *_in_window(query, run_id),
+                LedgerEntry.kind == kind,
+                LedgerEntry.pool_id.is_not(None),
+            )
+            .group_by(LedgerEntry.pool_id)
+        )
+    }
+
+
 def _share_idle(
-    session: Session,
-    query: AllocationQuery,
-    cost: Any,
     groups: dict[_GroupKey, tuple[int, int, int]],
+    idle_by_row: dict[int, int],
+    basis_by_row: dict[int, int],
 ) -> dict[_GroupKey, tuple[int, int, int]]:
-    """Move each row's idle cost onto the row's request groups, by GPU-ns."""
-    idle_by_row: dict[int, int] = {
-        int(row_id or 0): int(amount)
-        for row_id, amount in session.execute(
-            select(LedgerEntry.pool_id, func.sum(cost))
-            .where(
-                *_in_window(query),
-                LedgerEntry.kind == EntryKind.idle,
-                LedgerEntry.pool_id.is_not(None),
-            )
-            .group_by(LedgerEntry.pool_id)
-        )
-    }
-    if not idle_by_row:
-        return groups
-    basis_by_row: dict[int, int] = {
-        int(row_id or 0): int(gpu)
-        for row_id, gpu in session.execute(
-            select(LedgerEntry.pool_id, func.sum(LedgerEntry.gpu_ns))
-            .where(
-                *_in_window(query),
-                LedgerEntry.kind == EntryKind.request,
-                LedgerEntry.pool_id.is_not(None),
-            )
-            .group_by(LedgerEntry.pool_id)
-        )
-    }
+    """Move each pool's idle cost onto the pool's request groups, by GPU-ns."""
     shared_rows = {row for row, basis in basis_by_row.items() if basis > 0 and row in idle_by_row}
     out = {
         key: value

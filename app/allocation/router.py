@@ -20,6 +20,7 @@ from app.deps import SessionDep, SettingsDep
 from app.domain.periods import Month
 from app.domain.windows import Step
 from app.errors import RESPONSES_READ, ErrorBody, InvalidParameter
+from app.kit.dataset_store import DatasetStore
 from app.kit.http_params import PageDep, WindowDep, parse_dimensions
 from app.kit.responses import Format, csv_download
 from app.kit.schemas import WindowRead, money
@@ -44,6 +45,7 @@ AggregateQuery = Annotated[
 )
 def get_allocation(
     session: SessionDep,
+    settings: SettingsDep,
     principal: PrincipalDep,
     window: WindowDep,
     page: PageDep,
@@ -78,7 +80,7 @@ def get_allocation(
         idle=idle,
         team=team_scope(principal, team),
     )
-    result = query_allocation(session, query)
+    result = query_allocation(session, query, s3_endpoint_url=settings.s3_endpoint_url)
     items = page.slice(result.lines)
     if format is Format.csv:
         columns = ["start", "end", *dimensions, "currency", "cost", "idle_cost", "gpu_seconds"]
@@ -132,6 +134,7 @@ def create_run(
         share_idle=body.share_idle,
         tag_key=settings.billing_tag_key,
         engine=PlanEngine.of(settings),
+        store=DatasetStore.named(settings.ledger_store, s3_endpoint_url=settings.s3_endpoint_url),
     )
     return AllocationRunRead(
         run_id=summary.run_id,

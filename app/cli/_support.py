@@ -99,8 +99,9 @@ def progress_bar(enabled: bool) -> Iterator[ProgressHook | None]:
 
 def open_store(settings: Settings, uri: str | None = None) -> DatasetStore | None:
     """The Parquet store an option or SPECLEDGER_LEDGER_STORE names, or None."""
-    uri = uri or settings.ledger_store
-    return DatasetStore.at(uri, s3_endpoint_url=settings.s3_endpoint_url) if uri else None
+    return DatasetStore.named(
+        uri or settings.ledger_store, s3_endpoint_url=settings.s3_endpoint_url
+    )
 
 
 STORE_HELP = (

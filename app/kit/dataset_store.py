@@ -74,6 +74,11 @@ class DatasetStore:
         path.mkdir(parents=True, exist_ok=True)
         return cls(uri, pafs.LocalFileSystem(), path.as_posix())
 
+    @classmethod
+    def named(cls, uri: str | None, *, s3_endpoint_url: str | None = None) -> "DatasetStore | None":
+        """The store a setting or option names, or None when it names none."""
+        return cls.at(uri, s3_endpoint_url=s3_endpoint_url) if uri else None
+
     def path(self, *parts: str) -> str:
         return "/".join((self.root, *parts))
 

@@ -23,11 +23,13 @@ from sqlalchemy.orm import Session
 from app.allocation import service as allocation_service
 from app.allocation.engine import usage_sql
 from app.allocation.plan import ENTRY_COLUMNS
+from app.allocation.query import AllocationQuery, IdlePolicy, query_allocation
 from app.allocation.service import run_allocation
 from app.allocation.windowing import Window
 from app.deployments.service import add_deployment, add_replica
 from app.domain.periods import Month
 from app.domain.usage import UsageEvent
+from app.domain.windows import Step, TimeWindow
 from app.kit.dataset_store import DatasetStore, StoreError
 from app.ledger.costs import unit_costs
 from app.ledger.focus_export import focus_allocation_table
@@ -110,6 +112,19 @@ def _costs(session: Session) -> list[dict[str, Any]]:
     ]
 
 
+def _allocation(session: Session) -> list[Any]:
+    """/v1/allocation's lines per team and deployment, hourly and for the month, idle apart
+    and shared back."""
+    window = TimeWindow(OCTOBER.start, OCTOBER.end)
+    results = []
+    for step, idle in ((None, IdlePolicy.separate), (Step.hour, IdlePolicy.share)):
+        query = AllocationQuery(
+            window=window, aggregate=("team", "deployment"), step=step, idle=idle
+        )
+        results.append(query_allocation(session, query))
+    return [(r.lines, r.totals) for r in results]
+
+
 def _focus_rows(table: pa.Table) -> list[dict[str, Any]]:
     """The export's rows as written, but the run id each names (the runs differ)."""
     rows: list[dict[str, Any]] = table.to_pylist()
@@ -143,6 +158,7 @@ def test_a_store_allocates_as_the_database_does(
         database_report = reconcile(session, OCTOBER).to_json()
         database_costs = _costs(session)
         database_focus = focus_allocation_table(session, OCTOBER)
+        database_allocation = _allocation(session)
         parquet = DatasetStore.at(str(folder / "store"))
         assert _copy_usage(session, parquet) == len(month.requests)
         in_store = run_allocation(
@@ -156,6 +172,7 @@ def test_a_store_allocates_as_the_database_does(
         assert (in_store.entries, in_store.totals) == (in_database.entries, in_database.totals)
         assert _costs(session) == database_costs
         assert _focus_rows(focus_allocation_table(session, OCTOBER)) == _focus_rows(database_focus)
+        assert _allocation(session) == database_allocation
         savepoint.rollback()
 
 
@@ -320,13 +337,12 @@ def test_a_store_address_that_cannot_be_used_is_a_clear_error(tmp_path: Path) ->
 def test_reports_that_read_only_the_database_refuse_a_month_in_a_store(
     session: Session, tmp_path: Path
 ) -> None:
-    from app.allocation.query import AllocationQuery, query_allocation
-    from app.domain.windows import TimeWindow
     from app.ledger.repository import EntriesInStore
+    from app.usage.service import list_sessions
 
     _allocated_october_in_store(session, tmp_path)
     window = TimeWindow(OCTOBER.start, OCTOBER.end)
-    with pytest.raises(EntriesInStore, match="the allocation query reads ledger entries"):
-        query_allocation(session, AllocationQuery(window=window, aggregate=("team",), step=None))
+    with pytest.raises(EntriesInStore, match=r"2026-10's are in the Parquet store .*store"):
+        list_sessions(session, window=window, team=None, limit=10, offset=0)
     # Reconciliation and the dashboards' hourly ledger read the rollups: the month is there.
     assert reconcile(session, OCTOBER).balanced
