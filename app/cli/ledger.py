@@ -1,6 +1,7 @@
 """CLI commands for the registry, allocation and the ledger (mounted by app.cli)."""
 
 import json
+import sys
 from datetime import datetime
 from pathlib import Path
 from typing import Annotated
@@ -18,6 +19,7 @@ from app.cli._support import (
     open_engine,
     open_store,
     parse_month,
+    progress_bar,
     user_errors,
 )
 from app.db import unit_of_work
@@ -249,11 +251,16 @@ def ledger_store_usage(
     from app.usage.store import copy_from_database
 
     settings = get_settings()
-    with user_errors(), open_engine(settings) as engine, Session(engine) as session:
+    with (
+        user_errors(),
+        open_engine(settings) as engine,
+        Session(engine) as session,
+        progress_bar(sys.stderr.isatty()) as hook,
+    ):
         target = open_store(settings, store)
         if target is None:
             raise UserError("name the store: --store DIR|s3://bucket/prefix")
-        copied = copy_from_database(session, target, month.start, month.end)
+        copied = copy_from_database(session, target, month.start, month.end, hook)
     typer.echo(f"{copied} usage records of {month} copied to {target.uri}")
 
 

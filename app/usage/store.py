@@ -11,14 +11,14 @@ the lowest ``usage_ord`` per event id.
 
 import hashlib
 import json
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
-from sqlalchemy import DateTime, select, type_coerce
+from sqlalchemy import DateTime, func, select, type_coerce
 from sqlalchemy.orm import Session
 
 from app.domain.usage import UsageEvent
@@ -109,14 +109,31 @@ def write_usage(store: DatasetStore, table: pa.Table) -> list[str]:
 
 
 def copy_from_database(
-    session: Session, store: DatasetStore, start: datetime, end: datetime
+    session: Session,
+    store: DatasetStore,
+    start: datetime,
+    end: datetime,
+    progress: Callable[[str, int, int], None] | None = None,
 ) -> int:
     """Copy the database's usage arriving in ``[start, end)`` to the store (ids kept as
-    ``usage_ord``). Returns the records copied."""
+    ``usage_ord``), reporting ``progress(description, done, total)``. Returns the records
+    copied."""
+    total = 0
+    if progress is not None:
+        total = (
+            session.scalar(
+                select(func.count()).where(
+                    UsageRecord.arrived_at >= start, UsageRecord.arrived_at < end
+                )
+            )
+            or 0
+        )
     copied = 0
     for batch in _database_batches(session, start, end):
         write_usage(store, batch)
         copied += batch.num_rows
+        if progress is not None:
+            progress("copying usage to the store", copied, total)
     return copied
 
 

@@ -145,3 +145,28 @@ def test_an_s3_store_whose_bucket_is_missing_is_a_clear_error(
     assert result.exit_code == 2
     assert "store s3://no-such-bucket/x: cannot write usage" in result.stderr
     assert "testing" not in result.stderr  # no credential in the message
+
+
+def test_store_usage_copies_a_month_from_the_database_to_a_folder(
+    cli_env: str, engine: Engine, tmp_path: Path
+) -> None:
+    usage = tmp_path / "usage.jsonl"
+    with usage.open("w") as stream:
+        write_jsonl(
+            stream,
+            [
+                UsageEvent(**usage_record(arrived=at(h, day=3, month=11), session_id=f"s{h}"))
+                for h in range(3)
+            ]
+            + [UsageEvent(**usage_record(arrived=at(0, day=3, month=12)))],  # not November
+        )
+    _ok("ingest", "usage", str(usage))
+    nameless = runner.invoke(app, ["ledger", "store-usage", "2026-11"])
+    assert nameless.exit_code == 2
+    assert "name the store" in nameless.stderr
+    folder = tmp_path / "store"
+    assert _ok("ledger", "store-usage", "2026-11", "--store", str(folder)).startswith(
+        f"3 usage records of 2026-11 copied to {folder}"
+    )
+    hours = sorted(p.parent.name for p in folder.rglob("*.parquet"))
+    assert hours == ["hour=2026-11-03T00", "hour=2026-11-03T01", "hour=2026-11-03T02"]
