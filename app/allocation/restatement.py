@@ -18,8 +18,8 @@ from sqlalchemy import Select, func, select
 from sqlalchemy.orm import Session
 
 from app.allocation.engine import PlanEngine
-from app.allocation.repository import plan_inputs_without_usage, usage_span
-from app.allocation.windowing import Window, compute_window
+from app.allocation.repository import usage_span
+from app.allocation.windowing import Window, compute_window, small_inputs
 from app.domain.ledger import AllocationMethod, EntryKind
 from app.domain.periods import Month
 from app.kit.dataset_store import DatasetStore
@@ -135,14 +135,7 @@ def _aggregate_computed(
             session, window, share_idle=share_idle, tag_key=tag_key, engine=engine
         ).result.entries
         return _sums(entries)
-    small = plan_inputs_without_usage(
-        session,
-        start=window.start,
-        end=window.end,
-        by_billing_period=True,
-        booked_month=window.booked_month,
-        tag_key=tag_key,
-    )
+    small = small_inputs(session, window, tag_key)
     usage = plan_usage(store, *usage_span(small["rows"]))
     with tempfile.TemporaryDirectory(prefix="specledger-restate-") as scratch:
         engine.allocate_dataset(small, usage, Path(scratch), share_idle=share_idle)

@@ -17,12 +17,11 @@ from sqlalchemy.orm import Session
 from app.allocation.engine import DatasetRun, PlanEngine
 from app.allocation.repository import (
     empty_usage,
-    plan_inputs_without_usage,
     usage_batches_between,
     usage_span,
 )
 from app.allocation.restatement import restatement_adjustments
-from app.allocation.windowing import Window
+from app.allocation.windowing import Window, small_inputs
 from app.domain.errors import MonthClosed
 from app.domain.ledger import RunStatus
 from app.kit.bulk import bulk_insert
@@ -157,7 +156,7 @@ def _allocate_to_database(
     tag_key: str,
     engine: PlanEngine,
 ) -> _Written:
-    small = _small_inputs(session, window, tag_key)
+    small = small_inputs(session, window, tag_key)
     batches = usage_batches_between(session, *usage_span(small["rows"]))
     head: list[pa.Table] = []
     for batch in batches:
@@ -212,17 +211,6 @@ def _allocate_spilled(
 _INSERT_BATCH_ROWS = 200_000
 
 
-def _small_inputs(session: Session, window: Window, tag_key: str) -> dict[str, pa.Table]:
-    return plan_inputs_without_usage(
-        session,
-        start=window.start,
-        end=window.end,
-        by_billing_period=window.month is not None,
-        booked_month=window.booked_month,
-        tag_key=tag_key,
-    )
-
-
 def _with_adjustments(
     run: DatasetRun, adjustments: pa.Table | None, engine: PlanEngine
 ) -> tuple[pa.Table, int]:
@@ -243,7 +231,7 @@ def _allocate_to_store(
     tag_key: str,
     engine: PlanEngine,
 ) -> _Written:
-    small = _small_inputs(session, window, tag_key)
+    small = small_inputs(session, window, tag_key)
     first, last = usage_span(small["rows"])
     prefix = store_entries_prefix(window.booked_month, run_id)
     with tempfile.TemporaryDirectory(prefix="specledger-run-") as scratch:

@@ -3,6 +3,7 @@
 from dataclasses import dataclass
 from datetime import datetime
 
+import pyarrow as pa
 from sqlalchemy.orm import Session
 
 from app.allocation import repository
@@ -35,6 +36,18 @@ class Computed:
     result: PlanResult
     rows: int
     """Billing rows in the window."""
+
+
+def small_inputs(session: Session, window: Window, tag_key: str) -> dict[str, pa.Table]:
+    """The window's billing rows and the registry: the plan's inputs but the usage."""
+    return repository.plan_inputs_without_usage(
+        session,
+        start=window.start,
+        end=window.end,
+        by_billing_period=window.month is not None,
+        booked_month=window.booked_month,
+        tag_key=tag_key,
+    )
 
 
 def compute_window(
