@@ -127,9 +127,15 @@ class DatasetStore:
                         out.write(chunk)
         return [f"{prefix}/{f.relative_to(local_dir).as_posix()}" for f in files]
 
-    def dataset(self, prefix: str, partitions: Mapping[str, pa.DataType]) -> ds.Dataset:
+    def dataset(
+        self,
+        prefix: str,
+        partitions: Mapping[str, pa.DataType],
+        schema: pa.Schema | None = None,
+    ) -> ds.Dataset:
         """The Parquet files under ``prefix`` as one dataset, partition columns included
-        (an empty dataset when there are none)."""
+        (an empty dataset when there are none). With ``schema`` (partitions included), a
+        column that older files lack reads as null."""
         base = self.path(prefix)
         with _named(self.uri, f"read {prefix}"):
             if self.fs.get_file_info(base).type == pafs.FileType.NotFound:
@@ -139,6 +145,7 @@ class DatasetStore:
                 filesystem=self.fs,
                 format="parquet",
                 partitioning=ds.partitioning(pa.schema(list(partitions.items())), flavor="hive"),
+                schema=schema,
                 exclude_invalid_files=False,
             )
 

@@ -10,7 +10,8 @@ query, two places to run it: the answers cannot drift apart.
 """
 
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 from typing import Any, Protocol
@@ -22,15 +23,20 @@ from sqlalchemy import Select, select
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.orm import Session
 
+from app.domain.ledger import RunStatus
 from app.kit.dataset_store import DatasetStore
 from app.ledger.repository import store_entries_prefix
 from app.models import AllocationRun, LedgerPoolRow
-from app.usage.store import PARTITIONS, USAGE_PREFIX, months_between
+from app.usage.store import months_between, usage_dataset
 
-__all__ = ["EntryReader", "entry_reader"]
+__all__ = ["EntryReader", "WindowPart", "entry_reader", "places", "window_readers"]
 
 
 class EntryReader(Protocol):
+    dialect: str
+    """The SQL dialect the query runs in: ``sqlite`` or ``postgresql`` (DuckDB reads the
+    latter), for the few expressions that differ (durations in seconds)."""
+
     def rows(self, query: Select[*tuple[Any, ...]]) -> Sequence[Sequence[Any]]:
         """The query's rows as tuples."""
         ...
@@ -50,6 +56,7 @@ class EntryReader(Protocol):
 class _DatabaseReader:
     def __init__(self, session: Session) -> None:
         self.session = session
+        self.dialect = session.get_bind().dialect.name
 
     def rows(self, query: Select[*tuple[Any, ...]]) -> Sequence[Sequence[Any]]:
         return list(self.session.execute(query))
@@ -73,6 +80,8 @@ class _DatabaseReader:
 
 
 class _StoreReader:
+    dialect = "postgresql"
+
     def __init__(self, con: duckdb.DuckDBPyConnection) -> None:
         self.con = con
 
@@ -103,7 +112,7 @@ class _StoreReader:
 
 def _compiled(query: Select[*tuple[Any, ...]]) -> tuple[str, list[Any]]:
     """The query as PostgreSQL SQL with ``$n`` parameters, and their values in order."""
-    compiled = query.compile(dialect=_POSTGRES)
+    compiled = query.compile(dialect=_POSTGRES, compile_kwargs={"render_postcompile": True})
     params = compiled.construct_params()
     return str(compiled), [_plain(params[name]) for name in compiled.positiontup or []]
 
@@ -137,7 +146,82 @@ def entry_reader(
         _entries_view(con, store, run)
         _usage_view(con, store, run.window_start, run.window_end)
         con.register("ledger_pool_rows", _pool_rows(session, run.id))
+        con.register("allocation_runs", _the_run(run))
         yield _StoreReader(con)
+
+
+@dataclass(frozen=True, slots=True)
+class WindowPart:
+    """A part of a report's window and the reader of the place that keeps its ledger."""
+
+    start: datetime
+    end: datetime
+    reader: EntryReader
+
+
+@contextmanager
+def window_readers(
+    session: Session, start: datetime, end: datetime, *, s3_endpoint_url: str | None = None
+) -> Iterator[list[WindowPart]]:
+    """``[start, end)`` cut where the ledger keeps it, in time order: each current month
+    run kept in a Parquet store gives its part of the window, read from its store (its
+    entries, the store's usage); the rest is read from the database. Readers stay open
+    while the context is.
+
+    A report counts usage over the parts (usage arriving in the part, from its place) and
+    sums costs over the :func:`places`: the place's entries joined to the place's usage
+    arriving anywhere in the window. A request's entries are where each month's run keeps
+    them, and a run prices only usage of its own place (a store run reads its store's
+    usage, the month before included), so every entry is counted once, also for a request
+    that spans two months kept in different places.
+    """
+    stored = session.execute(
+        select(AllocationRun.id, AllocationRun.window_start, AllocationRun.window_end)
+        .where(
+            AllocationRun.store_uri.is_not(None),
+            AllocationRun.status == RunStatus.current,
+            AllocationRun.month.is_not(None),
+            AllocationRun.window_start < end,
+            AllocationRun.window_end > start,
+        )
+        .order_by(AllocationRun.window_start)
+    ).all()
+    parts: list[WindowPart] = []
+    database = _DatabaseReader(session)
+    cursor = start
+    with ExitStack() as stack:
+        for run_id, run_start, run_end in stored:
+            part_start, part_end = max(run_start, start), min(run_end, end)
+            if cursor < part_start:
+                parts.append(WindowPart(cursor, part_start, database))
+            reader = stack.enter_context(
+                entry_reader(session, run_id, s3_endpoint_url=s3_endpoint_url)
+            )
+            parts.append(WindowPart(part_start, part_end, reader))
+            cursor = part_end
+        if cursor < end:
+            parts.append(WindowPart(cursor, end, database))
+        yield parts
+
+
+def places(parts: Sequence[WindowPart]) -> list[EntryReader]:
+    """Each place the parts are read from, once (the database may hold several parts)."""
+    unique: dict[int, EntryReader] = {}
+    for part in parts:
+        unique.setdefault(id(part.reader), part.reader)
+    return list(unique.values())
+
+
+def _the_run(run: AllocationRun) -> pa.Table:
+    """The run as the only row of ``allocation_runs``, so queries naming the current runs
+    (``current_run_ids()``) read the same in a store."""
+    return pa.table(
+        {
+            "id": pa.array([run.id], pa.int64()),
+            "month": pa.array([run.month], pa.string()),
+            "status": pa.array([str(run.status)], pa.string()),
+        }
+    )
 
 
 def run_store(
@@ -185,7 +269,7 @@ def _usage_view(
     con: duckdb.DuckDBPyConnection, store: DatasetStore, start: datetime, end: datetime
 ) -> None:
     first, last = (int(t.timestamp() * 1_000_000) for t in (start, end))
-    usage = store.dataset(USAGE_PREFIX, PARTITIONS)
+    usage = usage_dataset(store)
     if not usage.files:  # no usage in the store at all: an empty view of the right shape
         con.execute(f"CREATE VIEW usage_records AS {_EMPTY_USAGE}")
         return
@@ -193,11 +277,11 @@ def _usage_view(
     con.execute(
         f"""CREATE VIEW usage_records AS SELECT
             event_id, session_id, team, cost_center, CAST(tags AS JSON) AS tags, deployment,
-            replica, model, spec_method,
+            replica, model, spec_method, spec_k::INTEGER AS spec_k,
             {_micros_as_time("arrived_us")} AS arrived_at,
             {_micros_as_time("finished_us")} AS finished_at,
             gpu_ns, prompt_tokens, cached_tokens, completion_tokens, num_drafts, draft_tokens,
-            accepted_tokens, status
+            accepted_tokens, concurrency::INTEGER AS concurrency, status
         FROM usage_files
         QUALIFY row_number() OVER (PARTITION BY event_id ORDER BY usage_ord) = 1"""
     )
@@ -210,8 +294,8 @@ def _month_in(months: list[str]) -> pc.Expression:
 _EMPTY_USAGE = """SELECT NULL::VARCHAR AS event_id, NULL::VARCHAR AS session_id,
     NULL::VARCHAR AS team, NULL::VARCHAR AS cost_center, NULL::JSON AS tags,
     NULL::VARCHAR AS deployment, NULL::VARCHAR AS replica, NULL::VARCHAR AS model,
-    NULL::VARCHAR AS spec_method, NULL::TIMESTAMPTZ AS arrived_at,
+    NULL::VARCHAR AS spec_method, NULL::INTEGER AS spec_k, NULL::TIMESTAMPTZ AS arrived_at,
     NULL::TIMESTAMPTZ AS finished_at, NULL::BIGINT AS gpu_ns, NULL::BIGINT AS prompt_tokens,
     NULL::BIGINT AS cached_tokens, NULL::BIGINT AS completion_tokens,
     NULL::BIGINT AS num_drafts, NULL::BIGINT AS draft_tokens, NULL::BIGINT AS accepted_tokens,
-    NULL::VARCHAR AS status WHERE false"""
+    NULL::INTEGER AS concurrency, NULL::VARCHAR AS status WHERE false"""

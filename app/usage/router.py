@@ -5,7 +5,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 
 from app.auth.deps import AdminDep, PrincipalDep, team_scope
-from app.deps import SessionDep
+from app.deps import SessionDep, SettingsDep
 from app.domain.errors import NotFound
 from app.errors import RESPONSES_READ, ErrorBody
 from app.kit.http_params import PageDep, WindowDep
@@ -63,6 +63,7 @@ def _session_read(summary: service.SessionSummary) -> SessionRead:
 @router.get("/sessions", response_model=SessionPage, responses=RESPONSES_READ)
 def list_sessions(
     session: SessionDep,
+    settings: SettingsDep,
     principal: PrincipalDep,
     window: WindowDep,
     page: PageDep,
@@ -78,6 +79,7 @@ def list_sessions(
         team=team_scope(principal, team),
         limit=page.limit,
         offset=page.offset,
+        s3_endpoint_url=settings.s3_endpoint_url,
     )
     return SessionPage(
         window=WindowRead.of(window),
@@ -95,11 +97,20 @@ def list_sessions(
     responses={**RESPONSES_READ, 404: {"model": ErrorBody}},
 )
 def get_session_detail(
-    session_id: str, session: SessionDep, principal: PrincipalDep, page: PageDep
+    session_id: str,
+    session: SessionDep,
+    settings: SettingsDep,
+    principal: PrincipalDep,
+    page: PageDep,
 ) -> SessionDetail:
     """One session: its totals and its requests, each with its cost."""
     found = service.get_session(
-        session, session_id, team=team_scope(principal, None), limit=page.limit, offset=page.offset
+        session,
+        session_id,
+        team=team_scope(principal, None),
+        limit=page.limit,
+        offset=page.offset,
+        s3_endpoint_url=settings.s3_endpoint_url,
     )
     if found is None:
         raise NotFound("no session with this id is visible to this key")

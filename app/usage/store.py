@@ -41,6 +41,7 @@ SCHEMA = pa.schema(
         ("replica", pa.string()),
         ("model", pa.string()),
         ("spec_method", pa.string()),
+        ("spec_k", pa.int64()),
         ("arrived_us", pa.int64()),
         ("finished_us", pa.int64()),
         ("gpu_ns", pa.int64()),
@@ -50,10 +51,16 @@ SCHEMA = pa.schema(
         ("num_drafts", pa.int64()),
         ("draft_tokens", pa.int64()),
         ("accepted_tokens", pa.int64()),
+        ("concurrency", pa.int64()),
         ("status", pa.string()),
     ]
 )
 """The columns of a usage file (besides its partitions)."""
+SCHEMA_WITH_PARTITIONS = pa.schema(
+    [*SCHEMA, *(pa.field(n, t) for n, t in PARTITIONS.items() if n not in SCHEMA.names)]
+)
+"""A usage dataset's columns: the records' and the partitions' (``deployment`` is both,
+listed once; a file keeps it in its path)."""
 _COPY_BATCH_ROWS = 200_000
 _PLAIN = DateTime(timezone=True)
 
@@ -82,6 +89,7 @@ def events_table(events: Sequence[UsageEvent]) -> pa.Table:
         "replica": [e.replica for e in events],
         "model": [e.model for e in events],
         "spec_method": [e.spec_method for e in events],
+        "spec_k": [e.spec_k for e in events],
         "arrived_us": list(to_us([e.arrived_at for e in events])),
         "finished_us": list(to_us([e.finished_at for e in events])),
         "gpu_ns": [e.gpu_ns for e in events],
@@ -91,6 +99,7 @@ def events_table(events: Sequence[UsageEvent]) -> pa.Table:
         "num_drafts": [e.num_drafts for e in events],
         "draft_tokens": [e.draft_tokens for e in events],
         "accepted_tokens": [e.accepted_tokens for e in events],
+        "concurrency": [e.concurrency for e in events],
         "status": [str(e.status) for e in events],
     }
     return pa.table(columns, schema=SCHEMA)
@@ -149,6 +158,7 @@ def _database_batches(session: Session, start: datetime, end: datetime) -> Itera
         UsageRecord.replica,
         UsageRecord.model,
         UsageRecord.spec_method,
+        UsageRecord.spec_k,
         type_coerce(UsageRecord.arrived_at, _PLAIN),
         type_coerce(UsageRecord.finished_at, _PLAIN),
         UsageRecord.gpu_ns,
@@ -158,6 +168,7 @@ def _database_batches(session: Session, start: datetime, end: datetime) -> Itera
         UsageRecord.num_drafts,
         UsageRecord.draft_tokens,
         UsageRecord.accepted_tokens,
+        UsageRecord.concurrency,
         UsageRecord.status,
     ]
     query = (
@@ -169,7 +180,7 @@ def _database_batches(session: Session, start: datetime, end: datetime) -> Itera
     for rows in session.execute(query).partitions():
         values: list[Any] = list(zip(*rows, strict=True))
         values[5] = [tags_json(t) for t in values[5]]
-        values[10], values[11] = to_us(values[10]), to_us(values[11])
+        values[11], values[12] = to_us(values[11]), to_us(values[12])
         yield pa.table(
             [pa.array(v, f.type) for v, f in zip(values, SCHEMA, strict=True)], schema=SCHEMA
         )
@@ -178,7 +189,7 @@ def _database_batches(session: Session, start: datetime, end: datetime) -> Itera
 def plan_usage(store: DatasetStore, first_us: int, last_us: int) -> ds.Dataset:
     """The store's requests overlapping ``[first_us, last_us)``: month partitions from the
     month before the first (a request may start there) to the last's, then by time."""
-    dataset = store.dataset(USAGE_PREFIX, PARTITIONS)
+    dataset = usage_dataset(store)
     if not dataset.files:
         return ds.dataset(pa.table({f.name: pa.array([], f.type) for f in SCHEMA}))
     months = months_between(first_us, last_us)
@@ -187,6 +198,11 @@ def plan_usage(store: DatasetStore, first_us: int, last_us: int) -> ds.Dataset:
         & (pc.field("finished_us") >= first_us)
         & (pc.field("arrived_us") < last_us)
     )
+
+
+def usage_dataset(store: DatasetStore) -> ds.Dataset:
+    """Every usage file in the store, read with the current columns."""
+    return store.dataset(USAGE_PREFIX, PARTITIONS, SCHEMA_WITH_PARTITIONS)
 
 
 def months_between(first_us: int, last_us: int) -> list[str]:

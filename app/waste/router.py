@@ -59,6 +59,7 @@ def get_waste(
         thresholds=thresholds,
         now=now,
         default_currency=settings.default_currency,
+        s3_endpoint_url=settings.s3_endpoint_url,
     )
     return WasteRead(
         window=WindowRead.of(window),

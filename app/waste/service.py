@@ -1,5 +1,5 @@
-"""Waste findings over a window: gather the exposures from the database, judge them with
-:mod:`app.domain.waste`.
+"""Waste findings over a window: gather the exposures where the ledger keeps them (the
+database, or a month's Parquet store), judge them with :mod:`app.domain.waste`.
 
 A team's view is built from its own requests only (its deployments, its team, its sessions;
 speculation above breakeven in its traffic). Idle GPU time belongs to no team, so idle
@@ -7,7 +7,8 @@ findings are for admin views only.
 """
 
 from collections import Counter
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -18,6 +19,7 @@ from app.breakeven.service import breakeven_curves
 from app.domain.ledger import CostLabel, EntryKind
 from app.domain.waste import (
     AcceptanceGroup,
+    BreakevenCurve,
     BreakevenExposure,
     Finding,
     IdleExposure,
@@ -28,7 +30,8 @@ from app.domain.waste import (
     low_acceptance_findings,
 )
 from app.domain.windows import TimeWindow
-from app.ledger.repository import current_run_ids, refuse_store_runs
+from app.ledger.entry_reader import EntryReader, WindowPart, places, window_readers
+from app.ledger.repository import current_run_ids
 from app.models import Deployment, LedgerEntry, Replica, UsageRecord
 
 
@@ -49,49 +52,122 @@ def find_waste(
     thresholds: Thresholds,
     now: datetime,
     default_currency: str,
+    s3_endpoint_url: str | None = None,
 ) -> WasteReport:
-    """Every finding in the window, largest estimated monthly cost first."""
-    refuse_store_runs(session, "waste findings", window=(window.start, window.end))
+    """Every finding in the window, largest estimated monthly cost first. Each part of the
+    window is read where its ledger is kept (the database or a month's Parquet store) and
+    the exposures are summed over the parts before they are judged."""
     observed = (min(window.end, max(now, window.start)) - window.start).total_seconds()
     observed = observed if observed > 0 else window.seconds
+    curves = breakeven_curves(session)
+    with window_readers(
+        session, window.start, window.end, s3_endpoint_url=s3_endpoint_url
+    ) as parts:
+        groups = _acceptance(parts, window, team)
+        above = _above_breakeven(parts, curves, window, team)
+        idle = _idle_by_deployment(parts) if team is None else {}
+        currency = next(
+            (found for p in parts if (found := _currency(p.reader, p.start, p.end))), None
+        )
+    findings: list[Finding] = []
+    for scope_groups in groups.values():
+        findings += low_acceptance_findings(
+            list(scope_groups.values()), thresholds, window_seconds=observed
+        )
+    for deployment, exposure in above.items():
+        finding = above_breakeven_finding(curves[deployment], exposure, window_seconds=observed)
+        if finding is not None:
+            findings.append(finding)
+    if team is None:
+        exposures = _idle_exposures(session, idle)
+        findings += idle_findings(exposures, thresholds, window_seconds=observed)
+    findings.sort(key=lambda f: (-f.monthly_cost_micros, f.kind, f.scope, f.key))
+    return WasteReport(window, observed, currency or default_currency, findings)
+
+
+def _acceptance(
+    parts: Sequence[WindowPart], window: TimeWindow, team: str | None
+) -> dict[Scope, dict[str, AcceptanceGroup]]:
+    """Speculative requests per scope and key: counted over the parts, priced per place."""
+    groups: dict[Scope, dict[str, AcceptanceGroup]] = {scope: {} for scope in _SCOPES}
+    for part in parts:
+        usage = _speculative_usage(part.start, part.end, team)
+        for scope, column in _SCOPES.items():
+            for group in _acceptance_groups(part.reader, scope, column, usage):
+                _add_group(groups[scope], group)
+    usage = _speculative_usage(window.start, window.end, team)
+    for reader in places(parts):
+        for scope, column in _SCOPES.items():
+            for key, cost in _group_costs(reader, column, usage, UsageRecord.draft_tokens > 0):
+                _add_cost(groups[scope], key, cost)
+    return groups
+
+
+def _above_breakeven(
+    parts: Sequence[WindowPart],
+    curves: Mapping[str, BreakevenCurve],
+    window: TimeWindow,
+    team: str | None,
+) -> dict[str, BreakevenExposure]:
+    """Requests above each deployment's breakeven: counted over the parts, priced per
+    place."""
+    above: dict[str, BreakevenExposure] = {}
+    for part in parts:
+        usage = _speculative_usage(part.start, part.end, team)
+        for deployment, curve in curves.items():
+            exposure = _above(part.reader, deployment, curve.breakeven_concurrency, usage)
+            above[deployment] = _add_exposure(above.get(deployment), exposure)
+    usage = _speculative_usage(window.start, window.end, team)
+    for reader in places(parts):
+        for deployment, curve in curves.items():
+            for _, cost in _group_costs(
+                reader,
+                UsageRecord.deployment,
+                [*usage, UsageRecord.deployment == deployment],
+                UsageRecord.concurrency > curve.breakeven_concurrency,
+            ):
+                above[deployment] = replace(
+                    above[deployment], cost_micros=above[deployment].cost_micros + cost
+                )
+    return above
+
+
+def _idle_by_deployment(parts: Sequence[WindowPart]) -> dict[str, tuple[int, int]]:
+    idle: dict[str, tuple[int, int]] = {}
+    for part in parts:
+        for deployment, (part_idle, part_total) in _idle_totals(
+            part.reader, part.start, part.end
+        ).items():
+            known_idle, known_total = idle.get(deployment, (0, 0))
+            idle[deployment] = (known_idle + part_idle, known_total + part_total)
+    return idle
+
+
+_SCOPES: dict[Scope, Any] = {
+    Scope.deployment: UsageRecord.deployment,
+    Scope.team: UsageRecord.team,
+    Scope.session: UsageRecord.session_id,
+}
+
+
+def _speculative_usage(
+    start: datetime, end: datetime, team: str | None
+) -> list[ColumnElement[bool]]:
     usage = [
-        UsageRecord.arrived_at >= window.start,
-        UsageRecord.arrived_at < window.end,
+        UsageRecord.arrived_at >= start,
+        UsageRecord.arrived_at < end,
         UsageRecord.spec_method != "none",
     ]
     if team is not None:
         usage.append(UsageRecord.team == team)
-    costs = (
-        select(
-            LedgerEntry.event_id.label("event_id"),
-            func.sum(LedgerEntry.effective_cost_micros).label("cost"),
-        )
-        .where(LedgerEntry.run_id.in_(current_run_ids()), LedgerEntry.event_id.is_not(None))
-        .group_by(LedgerEntry.event_id)
-        .subquery()
-    )
-    findings: list[Finding] = []
-    for scope, column in (
-        (Scope.deployment, UsageRecord.deployment),
-        (Scope.team, UsageRecord.team),
-        (Scope.session, UsageRecord.session_id),
-    ):
-        groups = _acceptance_groups(session, scope, column, usage, costs)
-        findings += low_acceptance_findings(groups, thresholds, window_seconds=observed)
-    for deployment, curve in breakeven_curves(session).items():
-        exposure = _above(session, deployment, curve.breakeven_concurrency, usage, costs)
-        finding = above_breakeven_finding(curve, exposure, window_seconds=observed)
-        if finding is not None:
-            findings.append(finding)
-    if team is None:
-        findings += idle_findings(_idle(session, window), thresholds, window_seconds=observed)
-    findings.sort(key=lambda f: (-f.monthly_cost_micros, f.kind, f.scope, f.key))
-    return WasteReport(window, observed, _currency(session, window) or default_currency, findings)
+    return usage
 
 
 def _acceptance_groups(
-    session: Session, scope: Scope, column: Any, usage: list[ColumnElement[bool]], costs: Any
+    reader: EntryReader, scope: Scope, column: Any, usage: list[ColumnElement[bool]]
 ) -> list[AcceptanceGroup]:
+    """One part's speculative requests per key of ``scope``, their cost left at zero (it
+    is added per place: see :func:`_group_costs`)."""
     rejected = UsageRecord.draft_tokens - UsageRecord.accepted_tokens
     query = (
         select(
@@ -101,19 +177,17 @@ def _acceptance_groups(
             func.sum(UsageRecord.draft_tokens),
             func.sum(UsageRecord.accepted_tokens),
             func.sum(UsageRecord.prompt_tokens + UsageRecord.completion_tokens + rejected),
-            func.sum(func.coalesce(costs.c.cost, 0)),
             func.max(UsageRecord.spec_k),
             func.min(UsageRecord.spec_method),
             func.max(UsageRecord.spec_method),
         )
-        .outerjoin(costs, costs.c.event_id == UsageRecord.event_id)
         .where(*usage, UsageRecord.draft_tokens > 0)
         .group_by(column)
     )
     return [
         AcceptanceGroup(
             scope=scope,
-            key=CostLabel.none if key is None else str(key),
+            key=_label(key),
             method=low_method if low_method == high_method else "mixed",
             k=None if k is None else int(k),
             requests=int(n),
@@ -121,39 +195,75 @@ def _acceptance_groups(
             draft_tokens=int(drafted or 0),
             accepted_tokens=int(accepted or 0),
             scheduled_tokens=int(scheduled or 0),
-            cost_micros=int(cost or 0),
+            cost_micros=0,
         )
-        for key, n, drafts, drafted, accepted, scheduled, cost, k, low_method, high_method in session.execute(
-            query
+        for key, n, drafts, drafted, accepted, scheduled, k, low_method, high_method in (
+            reader.rows(query)
         )
     ]
 
 
+def _label(key: Any) -> str:
+    return CostLabel.none if key is None else str(key)
+
+
+def _group_costs(
+    reader: EntryReader, column: Any, usage: list[ColumnElement[bool]], *more: Any
+) -> list[tuple[str, int]]:
+    """The effective cost kept in one place of the requests matching ``usage`` and
+    ``more``, per value of ``column``."""
+    rows = reader.rows(
+        select(column, func.sum(LedgerEntry.effective_cost_micros))
+        .join(LedgerEntry, LedgerEntry.event_id == UsageRecord.event_id)
+        .where(*usage, *more, LedgerEntry.run_id.in_(current_run_ids()))
+        .group_by(column)
+    )
+    return [(_label(key), int(cost or 0)) for key, cost in rows]
+
+
+def _add_cost(groups: dict[str, AcceptanceGroup], key: str, cost: int) -> None:
+    if key in groups:
+        groups[key] = replace(groups[key], cost_micros=groups[key].cost_micros + cost)
+
+
+def _add_group(groups: dict[str, AcceptanceGroup], found: AcceptanceGroup) -> None:
+    """Fold one part's group into the window's (same scope and key)."""
+    known = groups.get(found.key)
+    if known is None:
+        groups[found.key] = found
+        return
+    groups[found.key] = replace(
+        known,
+        method=known.method if known.method == found.method else "mixed",
+        k=max((k for k in (known.k, found.k) if k is not None), default=None),
+        requests=known.requests + found.requests,
+        num_drafts=known.num_drafts + found.num_drafts,
+        draft_tokens=known.draft_tokens + found.draft_tokens,
+        accepted_tokens=known.accepted_tokens + found.accepted_tokens,
+        scheduled_tokens=known.scheduled_tokens + found.scheduled_tokens,
+        cost_micros=known.cost_micros + found.cost_micros,
+    )
+
+
 def _above(
-    session: Session,
-    deployment: str,
-    breakeven: float,
-    usage: list[ColumnElement[bool]],
-    costs: Any,
+    reader: EntryReader, deployment: str, breakeven: float, usage: list[ColumnElement[bool]]
 ) -> BreakevenExposure:
-    if session.get_bind().dialect.name == "sqlite":
+    """One part's requests above breakeven, their cost left at zero (added per place)."""
+    if reader.dialect == "sqlite":
         seconds = (
             func.julianday(UsageRecord.finished_at) - func.julianday(UsageRecord.arrived_at)
         ) * 86_400.0
     else:
         seconds = func.extract("epoch", UsageRecord.finished_at - UsageRecord.arrived_at)
-    n, total_seconds, concurrency, cost, low_method, high_method = session.execute(
+    ((n, total_seconds, concurrency, low_method, high_method),) = reader.rows(
         select(
             func.count(),
             func.sum(seconds),
             func.sum(UsageRecord.concurrency),
-            func.sum(func.coalesce(costs.c.cost, 0)),
             func.min(UsageRecord.spec_method),
             func.max(UsageRecord.spec_method),
-        )
-        .outerjoin(costs, costs.c.event_id == UsageRecord.event_id)
-        .where(*usage, UsageRecord.deployment == deployment, UsageRecord.concurrency > breakeven)
-    ).one()
+        ).where(*usage, UsageRecord.deployment == deployment, UsageRecord.concurrency > breakeven)
+    )
     n = int(n or 0)
     return BreakevenExposure(
         deployment=deployment,
@@ -161,30 +271,54 @@ def _above(
         requests=n,
         seconds=float(total_seconds or 0.0),
         mean_concurrency=float(concurrency or 0) / n if n else 0.0,
-        cost_micros=int(cost or 0),
+        cost_micros=0,
     )
 
 
-def _idle(session: Session, window: TimeWindow) -> list[IdleExposure]:
-    in_window = [
-        LedgerEntry.run_id.in_(current_run_ids()),
-        LedgerEntry.charge_period_start >= window.start,
-        LedgerEntry.charge_period_start < window.end,
-        LedgerEntry.kind.in_((EntryKind.request, EntryKind.idle)),
-        LedgerEntry.deployment.is_not(None),
-    ]
-    totals: dict[str, list[int]] = {}
-    for deployment, kind, amount in session.execute(
+def _add_exposure(known: BreakevenExposure | None, found: BreakevenExposure) -> BreakevenExposure:
+    """Fold one part's exposure above breakeven into the window's."""
+    if known is None or known.requests == 0:
+        return found
+    if found.requests == 0:
+        return known
+    requests = known.requests + found.requests
+    return replace(
+        known,
+        method=known.method if known.method == found.method else "mixed",
+        requests=requests,
+        seconds=known.seconds + found.seconds,
+        mean_concurrency=(
+            known.mean_concurrency * known.requests + found.mean_concurrency * found.requests
+        )
+        / requests,
+    )
+
+
+def _idle_totals(reader: EntryReader, start: datetime, end: datetime) -> dict[str, tuple[int, int]]:
+    """Per deployment: (idle, idle + requests) effective cost of charge periods starting
+    in ``[start, end)``."""
+    totals: dict[str, tuple[int, int]] = {}
+    for deployment, kind, amount in reader.rows(
         select(
             LedgerEntry.deployment, LedgerEntry.kind, func.sum(LedgerEntry.effective_cost_micros)
         )
-        .where(*in_window)
+        .where(
+            LedgerEntry.run_id.in_(current_run_ids()),
+            LedgerEntry.charge_period_start >= start,
+            LedgerEntry.charge_period_start < end,
+            LedgerEntry.kind.in_((EntryKind.request, EntryKind.idle)),
+            LedgerEntry.deployment.is_not(None),
+        )
         .group_by(LedgerEntry.deployment, LedgerEntry.kind)
     ):
-        entry = totals.setdefault(str(deployment), [0, 0])
-        entry[1] += int(amount or 0)
-        if kind is EntryKind.idle:
-            entry[0] += int(amount or 0)
+        idle, total = totals.get(str(deployment), (0, 0))
+        amount = int(amount or 0)
+        is_idle = str(kind) == EntryKind.idle
+        totals[str(deployment)] = (idle + (amount if is_idle else 0), total + amount)
+    return totals
+
+
+def _idle_exposures(session: Session, totals: dict[str, tuple[int, int]]) -> list[IdleExposure]:
     replicas = Counter(
         name
         for (name,) in session.execute(
@@ -199,13 +333,14 @@ def _idle(session: Session, window: TimeWindow) -> list[IdleExposure]:
     ]
 
 
-def _currency(session: Session, window: TimeWindow) -> str | None:
-    return session.scalar(
+def _currency(reader: EntryReader, start: datetime, end: datetime) -> str | None:
+    found = reader.rows(
         select(LedgerEntry.currency)
         .where(
             LedgerEntry.run_id.in_(current_run_ids()),
-            LedgerEntry.charge_period_start >= window.start,
-            LedgerEntry.charge_period_start < window.end,
+            LedgerEntry.charge_period_start >= start,
+            LedgerEntry.charge_period_start < end,
         )
         .limit(1)
     )
+    return str(found[0][0]) if found else None

@@ -29,6 +29,7 @@ from app.allocation.windowing import Window
 from app.deployments.service import add_deployment, add_replica
 from app.domain.periods import Month
 from app.domain.usage import UsageEvent
+from app.domain.waste import Thresholds
 from app.domain.windows import Step, TimeWindow
 from app.kit.dataset_store import DatasetStore, StoreError
 from app.ledger.costs import unit_costs
@@ -37,6 +38,7 @@ from app.ledger.reconcile import reconcile
 from app.ledger.repository import store_entries_prefix
 from app.ledger.service import close_month, verify_closed_month
 from app.models import LedgerEntry, LedgerRollup
+from app.usage.service import get_session, list_sessions
 from app.usage.store import (
     copy_from_database,
     event_ord,
@@ -44,6 +46,7 @@ from app.usage.store import (
     plan_usage,
     write_usage,
 )
+from app.waste.service import find_waste
 from tests.allocation.scenarios import MONTH_START, TAG, months
 from tests.allocation.scenarios import Month as GeneratedMonth
 from tests.allocation.scenarios import store as put_in_database
@@ -125,6 +128,42 @@ def _allocation(session: Session) -> list[Any]:
     return [(r.lines, r.totals) for r in results]
 
 
+AROUND_OCTOBER = TimeWindow(OCTOBER.start - timedelta(days=30), OCTOBER.end + timedelta(days=30))
+"""September to November: October kept in a store, the months around it in the database."""
+
+
+def _sessions(session: Session) -> list[Any]:
+    """The session list of October alone (one place) and of the months around it (three
+    parts merged), paged, as a team's key and an admin see it; and a few sessions' pages."""
+    pages: list[Any] = []
+    for window in (TimeWindow(OCTOBER.start, OCTOBER.end), AROUND_OCTOBER):
+        for team, limit, offset in ((None, 1000, 0), (None, 2, 1), ("a", 1000, 0)):
+            found = list_sessions(session, window=window, team=team, limit=limit, offset=offset)
+            pages.append((found.total, found.items))
+    for listed in found.items[:3]:
+        pages.append(get_session(session, listed.session_id, team=None, limit=5, offset=1))
+    return pages
+
+
+def _waste(session: Session) -> list[Any]:
+    """Waste findings of October and of the months around it, admin and team views, with
+    thresholds low enough that every group is judged."""
+    thresholds = Thresholds(acceptance=0.99, min_requests=1, idle_share=0.01)
+    reports = []
+    for window in (TimeWindow(OCTOBER.start, OCTOBER.end), AROUND_OCTOBER):
+        for team in (None, "a"):
+            report = find_waste(
+                session,
+                window=window,
+                team=team,
+                thresholds=thresholds,
+                now=window.end,
+                default_currency="EUR",
+            )
+            reports.append((report.currency, report.findings))
+    return reports
+
+
 def _focus_rows(table: pa.Table) -> list[dict[str, Any]]:
     """The export's rows as written, but the run id each names (the runs differ)."""
     rows: list[dict[str, Any]] = table.to_pylist()
@@ -159,6 +198,8 @@ def test_a_store_allocates_as_the_database_does(
         database_costs = _costs(session)
         database_focus = focus_allocation_table(session, OCTOBER)
         database_allocation = _allocation(session)
+        database_sessions = _sessions(session)
+        database_waste = _waste(session)
         parquet = DatasetStore.at(str(folder / "store"))
         assert _copy_usage(session, parquet) == len(month.requests)
         in_store = run_allocation(
@@ -173,6 +214,8 @@ def test_a_store_allocates_as_the_database_does(
         assert _costs(session) == database_costs
         assert _focus_rows(focus_allocation_table(session, OCTOBER)) == _focus_rows(database_focus)
         assert _allocation(session) == database_allocation
+        assert _sessions(session) == database_sessions
+        assert _waste(session) == database_waste
         savepoint.rollback()
 
 
@@ -334,15 +377,65 @@ def test_a_store_address_that_cannot_be_used_is_a_clear_error(tmp_path: Path) ->
         write_usage(parquet, events_table([_event()]))
 
 
-def test_reports_that_read_only_the_database_refuse_a_month_in_a_store(
+def test_a_request_across_two_months_kept_in_different_places_is_listed_and_priced_once(
     session: Session, tmp_path: Path
 ) -> None:
-    from app.ledger.repository import EntriesInStore
-    from app.usage.service import list_sessions
+    """September allocated in the database, October in a store, and one request from
+    September 30 23:30 to October 1 00:30: its session and its waste finding carry both
+    halves of its cost, as when both months are in the database."""
+    seen = []
+    for in_store in (False, True):
+        folder = tmp_path / ("store" if in_store else "database")
+        folder.mkdir()
+        with session.begin_nested() as savepoint:
+            last_hour = focus_row(
+                "2026-09",
+                cost="6.00",
+                ChargePeriodStart="2026-09-30T23:00:00Z",
+                ChargePeriodEnd="2026-10-01T00:00:00Z",
+            )
+            _ingest(session, folder / "sep.csv", [last_hour])
+            _ingest(session, folder / "oct.csv", [focus_row(hour=0, cost="10.00")])
+            add_deployment(session, name="d1")
+            add_replica(session, deployment="d1", name="r1", gpus=1)
+            insert_usage(
+                session.connection(),
+                [
+                    usage_record(
+                        arrived=at(0) - timedelta(minutes=30),
+                        seconds=3600,
+                        gpu_ns=3600 * 10**9,
+                        event_id="across",
+                    ),
+                    usage_record(
+                        arrived=at(0, 40),
+                        seconds=60,
+                        session_id="s2",
+                        gpu_ns=60 * 10**9,
+                        event_id="within",
+                    ),
+                ],
+            )
+            september = Window.of_month(Month.parse("2026-09"))
+            run_allocation(session, september, share_idle=False, tag_key=TAG)
+            parquet = DatasetStore.at(str(folder / "store")) if in_store else None
+            if parquet is not None:
+                _copy_usage(session, parquet)
+            run_allocation(session, _window(), share_idle=False, tag_key=TAG, store=parquet)
+            listed = list_sessions(session, window=AROUND_OCTOBER, team=None, limit=10, offset=0)
+            detail = get_session(session, "s1", team="search", limit=10, offset=0)
+            seen.append((listed.total, listed.items, detail, _waste(session)))
+            savepoint.rollback()
+    assert seen[0] == seen[1]
+    first = seen[1][1][0]
+    # s1 used half of each hour's GPU: 3.00 of September's 6.00 and 5.00 of October's 10.00
+    assert (first.session_id, first.requests) == ("s1", 1)
+    assert first.effective_micros == 8_000_000
 
+
+def test_reconciliation_of_a_month_in_a_store_reads_the_rollups(
+    session: Session, tmp_path: Path
+) -> None:
     _allocated_october_in_store(session, tmp_path)
-    window = TimeWindow(OCTOBER.start, OCTOBER.end)
-    with pytest.raises(EntriesInStore, match=r"2026-10's are in the Parquet store .*store"):
-        list_sessions(session, window=window, team=None, limit=10, offset=0)
     # Reconciliation and the dashboards' hourly ledger read the rollups: the month is there.
     assert reconcile(session, OCTOBER).balanced
