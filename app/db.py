@@ -130,9 +130,30 @@ def make_engine(url: str, **kwargs: Any) -> Engine:
     return engine
 
 
+def for_reading(engine: Engine) -> Engine:
+    """The engine for transactions that only read. On SQLite they begin DEFERRED, so
+    readers run beside a writer; every other transaction begins IMMEDIATE (see
+    :func:`_make_sqlite_transactional`). PostgreSQL ignores the option."""
+    return engine.execution_options(sqlite_begin="DEFERRED")
+
+
+@contextmanager
+def read_session(engine: Engine) -> Iterator[Session]:
+    """A session for a command that only reads (see :func:`for_reading`)."""
+    with Session(for_reading(engine), expire_on_commit=False) as session:
+        yield session
+
+
 def _make_sqlite_transactional(engine: Engine) -> None:
     """Let SQLAlchemy, not pysqlite, emit BEGIN, so SAVEPOINTs (test isolation) work,
-    and turn on foreign keys, which SQLite leaves off by default."""
+    and turn on foreign keys, which SQLite leaves off by default.
+
+    A transaction takes the write lock when it begins (``BEGIN IMMEDIATE``), waiting up to
+    the busy timeout for it. A deferred transaction that reads and then writes is refused
+    at once, busy timeout or not, when another writer committed after its read (WAL
+    cannot upgrade a stale snapshot), so concurrent writers failed instead of queueing.
+    Transactions that only read ask for ``BEGIN DEFERRED`` through :func:`for_reading`.
+    """
 
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_connection, _record):  # type: ignore[no-untyped-def]
@@ -145,7 +166,8 @@ def _make_sqlite_transactional(engine: Engine) -> None:
 
     @event.listens_for(engine, "begin")
     def _on_begin(connection):  # type: ignore[no-untyped-def]
-        connection.exec_driver_sql("BEGIN")
+        mode = connection.get_execution_options().get("sqlite_begin", "IMMEDIATE")
+        connection.exec_driver_sql(f"BEGIN {mode}")
 
 
 @contextmanager

@@ -6,8 +6,9 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 from sqlalchemy import Engine
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, sessionmaker
 
+from app.db import for_reading
 from app.settings import Settings
 
 
@@ -22,9 +23,30 @@ def get_engine(request: Request) -> Engine:
     return engine
 
 
+_READS = frozenset({"GET", "HEAD", "OPTIONS"})
+
+
+def session_makers(engine: Engine) -> dict[str, sessionmaker[Session]]:
+    """The lifespan state :func:`get_session` reads: sessions that may write, and sessions
+    of GET requests, which only read (see :func:`app.db.for_reading`)."""
+    return {
+        "sessionmaker": sessionmaker(engine, expire_on_commit=False),
+        "read_sessionmaker": sessionmaker(for_reading(engine), expire_on_commit=False),
+    }
+
+
+def read_sessionmaker(request: Request) -> sessionmaker[Session]:
+    """Sessions that only read, on the app's database."""
+    maker: sessionmaker[Session] = request.state.read_sessionmaker
+    return maker
+
+
 def get_session(request: Request) -> Iterator[Session]:
-    """One session per request: commit if the endpoint returned, roll back if it raised."""
-    with request.state.sessionmaker() as session:
+    """One session per request: commit if the endpoint returned, roll back if it raised.
+    A GET only reads: on SQLite its transaction does not take the write lock."""
+    makers = request.state
+    maker = makers.read_sessionmaker if request.method in _READS else makers.sessionmaker
+    with maker() as session:
         try:
             yield session
         except Exception:

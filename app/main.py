@@ -17,6 +17,7 @@ from app.breakeven.router import router as breakeven_router
 from app.breakeven.router import tiers_router
 from app.db import make_engine
 from app.deployments.router import router as deployments_router
+from app.deps import session_makers
 from app.errors import install_error_handlers
 from app.ledger.router import router as ledger_router
 from app.ops import MetricsMiddleware, RequestMetrics
@@ -58,6 +59,7 @@ class State(TypedDict):
     settings: Settings
     engine: Engine
     sessionmaker: sessionmaker[Session]
+    read_sessionmaker: sessionmaker[Session]
     head_revision: str | None
 
 
@@ -68,11 +70,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[State]:
         engine = make_engine(settings.database_url, pool_pre_ping=True)
+        makers = session_makers(engine)
         try:
             yield {
                 "settings": settings,
                 "engine": engine,
-                "sessionmaker": sessionmaker(engine, expire_on_commit=False),
+                "sessionmaker": makers["sessionmaker"],
+                "read_sessionmaker": makers["read_sessionmaker"],
                 "head_revision": migrate.head_revision(settings.database_url),
             }
         finally:

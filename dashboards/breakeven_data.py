@@ -16,12 +16,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 from sqlalchemy import Engine, func, select
-from sqlalchemy.orm import Session
 
 from app.breakeven import service, tiers
 from app.breakeven.schemas import StoredFit
 from app.breakeven.sweep_file import SweepRow
 from app.breakeven.tier_catalog import TierCatalog, TierCatalogError, load_tier_catalog
+from app.db import read_session
 from app.domain.breakeven.model import SpeculationModel, is_model_free, speedup
 from app.domain.breakeven.sweep import SweepPoint
 from app.domain.breakeven.tier_costs import SpeculationMode, cost_curve
@@ -124,7 +124,7 @@ def breakeven_frames(engine: Engine, *, sweep_id: int | None = None) -> Breakeve
     Sweeps carry no team (they measure a deployment, not a tenant's traffic), so every caller
     sees them. A sweep without a stored fit is fitted here (cached per sweep content).
     """
-    with Session(engine) as session:
+    with read_session(engine) as session:
         sweeps = [summary.sweep for summary in service.list_sweeps(session)]
         listing = [
             {"id": s.id, "name": s.name, "deployment": s.deployment, "created_at": s.created_at}
@@ -251,7 +251,7 @@ def _measured_tiers(engine: Engine, month: str, team: str | None) -> pd.DataFram
     columns = ["tier", "concurrency", "usd_per_1k_session_seconds", "session_seconds"]
     parsed = Month.parse(month)
     start, end = parsed.start, parsed.end
-    with Session(engine) as session:
+    with read_session(engine) as session:
         run_id = current_run_id(session, month)
         if run_id is None:
             return pd.DataFrame(columns=columns)

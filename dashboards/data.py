@@ -13,9 +13,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 from sqlalchemy import DateTime, Engine, String, func, select
-from sqlalchemy.orm import Session
 from sqlalchemy.sql.elements import ColumnElement
 
+from app.db import read_session
 from app.domain.ledger import CostLabel, EntryKind
 from app.domain.periods import Month
 from app.kit.epoch import to_ns
@@ -40,7 +40,7 @@ def _utc(values: pd.Series) -> pd.Series:
 
 def months(engine: Engine) -> list[str]:
     """Months with a current allocation run or with usage, newest first."""
-    with Session(engine) as session:
+    with read_session(engine) as session:
         found = set(allocated_months(session))
         first, last = session.execute(
             select(func.min(UsageRecord.arrived_at), func.max(UsageRecord.arrived_at))
@@ -55,7 +55,7 @@ def months(engine: Engine) -> list[str]:
 
 def default_month(engine: Engine) -> str:
     """The newest month with an allocation run, else with usage, else the current month."""
-    with Session(engine) as session:
+    with read_session(engine) as session:
         allocated = allocated_months(session)
         if allocated:
             return allocated[-1]
@@ -65,7 +65,7 @@ def default_month(engine: Engine) -> str:
 
 def teams(engine: Engine) -> list[str]:
     """Every team seen in usage (for an administrator's team picker; never for a team)."""
-    with Session(engine) as session:
+    with read_session(engine) as session:
         return sorted(
             t
             for t in session.scalars(
@@ -96,7 +96,7 @@ def ledger_by_hour(engine: Engine, *, month: str, team: str | None = None) -> pd
     """
     columns = ["period_start", "team", "kind", "currency", "effective_micros", "billed_micros"]
     start = Month.parse(month).start
-    with Session(engine) as session:
+    with read_session(engine) as session:
         run_id = current_run_id(session, month)
         if run_id is None:
             return pd.DataFrame(columns=columns)
@@ -159,7 +159,7 @@ def usage_by_hour(engine: Engine, *, month: str, team: str | None = None) -> pd.
     )
     if team is not None:
         query = query.where(UsageRecord.team == team)
-    with Session(engine) as session:
+    with read_session(engine) as session:
         rows = session.execute(query).all()
     frame = pd.DataFrame(
         [
@@ -223,7 +223,7 @@ def session_seconds_by_hour(engine: Engine, *, month: str, team: str | None = No
     ).where(UsageRecord.arrived_at >= start, UsageRecord.arrived_at < end)
     if team is not None:
         query = query.where(UsageRecord.team == team)
-    with Session(engine) as session:
+    with read_session(engine) as session:
         rows = session.execute(query).all()
     if not rows:
         return pd.DataFrame(columns=["period_start", "team", "session_seconds"])
@@ -257,7 +257,7 @@ def reconciliation_frame(engine: Engine, *, month: str, team: str | None = None)
         "balanced",
     ]
     if team is not None:
-        with Session(engine) as session:
+        with read_session(engine) as session:
             run_id = current_run_id(session, month)
             rows = (
                 []
@@ -294,7 +294,7 @@ def reconciliation_frame(engine: Engine, *, month: str, team: str | None = None)
             ],
             columns=columns,
         )
-    with Session(engine) as session:
+    with read_session(engine) as session:
         result = reconcile(session, Month.parse(month))
     if result.run_id is None and not result.bill:
         return pd.DataFrame(columns=columns)

@@ -2,11 +2,11 @@
 
 from typing import Annotated
 
-from fastapi import Depends, Security
+from fastapi import Depends, Request, Security
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 
 from app.auth.service import Principal, authenticate
-from app.deps import SessionDep
+from app.deps import read_sessionmaker
 from app.domain.errors import Forbidden, Unauthorized
 
 _bearer = HTTPBearer(auto_error=False, description="An API key: `Authorization: Bearer slk_...`")
@@ -18,11 +18,16 @@ _header = APIKeyHeader(
 
 
 def get_principal(
-    session: SessionDep,
+    request: Request,
     bearer: Annotated[HTTPAuthorizationCredentials | None, Security(_bearer)],
     header: Annotated[str | None, Security(_header)],
 ) -> Principal:
     """The caller, from ``Authorization: Bearer <key>`` or ``X-API-Key: <key>``.
+
+    The key is read in a short read-only transaction of its own, done before the endpoint
+    runs: the request's session then begins where the endpoint first uses it (on SQLite a
+    writer's ``BEGIN IMMEDIATE``), and an endpoint that writes through its own
+    transaction (billing ingest, allocation runs) is not blocked by the request's.
 
     Raises:
         Unauthorized: If no key was sent, or the key is unknown or revoked.
@@ -33,7 +38,8 @@ def get_principal(
             "missing API key: send `Authorization: Bearer <key>` (create keys "
             "with `specledger keys create`)"
         )
-    principal = authenticate(session, secret.strip())
+    with read_sessionmaker(request)() as session:
+        principal = authenticate(session, secret.strip())
     if principal is None:
         raise Unauthorized("invalid or revoked API key")
     return principal

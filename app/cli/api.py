@@ -8,6 +8,7 @@ from sqlalchemy.orm import Session
 
 from app.auth import service as keys
 from app.cli._support import open_engine, out, user_errors
+from app.db import read_session
 from app.settings import get_settings
 
 keys_app = typer.Typer(help="Create, list and revoke API keys.", no_args_is_help=True)
@@ -59,7 +60,7 @@ def keys_list(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """List API keys by id and prefix (the keys themselves are not stored)."""
-    with open_engine(get_settings()) as engine, Session(engine) as session:
+    with open_engine(get_settings()) as engine, read_session(engine) as session:
         rows = [
             {
                 "id": k.id,

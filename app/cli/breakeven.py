@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session
 from app.breakeven import recommendation, service, tiers
 from app.breakeven.render import fit_report, recommendation_text, tiers_text
 from app.cli._support import open_engine, user_errors
+from app.db import read_session
 from app.settings import get_settings
 from serving.engine.config import DEFAULT_ENGINES_DIR
 from serving.engine.schedule import apply_schedule
@@ -150,7 +151,7 @@ def _with_session(sweep: int | None, ask: Callable[[Session | None], T]) -> T:
     """Ask with a database session when a sweep is named; the catalog alone needs none."""
     if sweep is None:
         return ask(None)
-    with open_engine(get_settings()) as engine, Session(engine) as session:
+    with open_engine(get_settings()) as engine, read_session(engine) as session:
         return ask(session)
 
 

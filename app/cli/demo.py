@@ -30,7 +30,7 @@ from app.allocation.windowing import Window
 from app.auth.service import create_key
 from app.catalog import instance_prices
 from app.cli._support import err, open_engine, user_errors
-from app.db import unit_of_work
+from app.db import read_session, unit_of_work
 from app.deployments.service import add_deployment, add_replica
 from app.domain.ledger import Dimension
 from app.domain.periods import Month
@@ -259,7 +259,7 @@ def _bill(engine: Engine, data_dir: Path, started: datetime, finished: datetime)
 
 
 def _summary(engine: Engine, month: Month) -> list[str]:
-    with Session(engine) as session:
+    with read_session(engine) as session:
         balance = reconcile(session, month)
         costs = unit_costs(session, month=month, by=[Dimension.team])
     lines = [

@@ -22,7 +22,7 @@ from app.cli._support import (
     progress_bar,
     user_errors,
 )
-from app.db import unit_of_work
+from app.db import read_session, unit_of_work
 from app.deployments import service as registry
 from app.domain.ledger import Dimension, SharedPolicy
 from app.domain.money import format_micros
@@ -120,7 +120,7 @@ def deployments_add_replica(
 @deployments_app.command("list")
 def deployments_list() -> None:
     """List deployments with their replicas."""
-    with open_engine(get_settings()) as engine, Session(engine) as session:
+    with open_engine(get_settings()) as engine, read_session(engine) as session:
         for deployment, replicas in registry.list_deployments(session):
             typer.echo(
                 f"{deployment.name}  tag={deployment.tag_value}  tier={deployment.tier}  "
@@ -226,7 +226,7 @@ def ledger_verify(
     from app.ledger.service import verify_closed_month
 
     settings = get_settings()
-    with user_errors(), open_engine(settings) as engine, Session(engine) as session:
+    with user_errors(), open_engine(settings) as engine, read_session(engine) as session:
         result = verify_closed_month(session, month, s3_endpoint_url=settings.s3_endpoint_url)
     for path in result.changed:
         typer.echo(f"changed: {path}")
@@ -269,7 +269,7 @@ def ledger_closed() -> None:
     """List the closed months."""
     from app.ledger.service import closed_months
 
-    with open_engine(get_settings()) as engine, Session(engine) as session:
+    with open_engine(get_settings()) as engine, read_session(engine) as session:
         for closure in closed_months(session):
             typer.echo(
                 f"{closure.month}  closed {closure.closed_at:%Y-%m-%d %H:%M}Z  run {closure.run_id}"
@@ -295,7 +295,7 @@ def costs(
 
     dimensions = [d.strip() for d in by.split(",") if d.strip()]
     settings = get_settings()
-    with user_errors(), open_engine(settings) as engine, Session(engine) as session:
+    with user_errors(), open_engine(settings) as engine, read_session(engine) as session:
         lines = unit_costs(
             session,
             month=month,
@@ -331,7 +331,7 @@ def reconcile_cmd(
     and deployment; list the unallocated rows. Exits 1 when it does not balance."""
     from app.ledger.reconcile import reconcile, reconciliation_text
 
-    with open_engine(get_settings()) as engine, Session(engine) as session:
+    with open_engine(get_settings()) as engine, read_session(engine) as session:
         result = reconcile(session, month)
     typer.echo(json.dumps(result.to_json(), indent=2) if as_json else reconciliation_text(result))
     if not result.balanced:
@@ -369,7 +369,7 @@ def export_chargeback(
     if fmt not in ("csv", "parquet", "focus"):
         raise typer.BadParameter("--format must be csv, parquet or focus")
     settings = get_settings()
-    with user_errors(), open_engine(settings) as engine, Session(engine) as session:
+    with user_errors(), open_engine(settings) as engine, read_session(engine) as session:
         if fmt == "focus":
             file_format = "csv" if out_path.name.endswith(".csv") else "parquet"
             written = write_focus_allocation(

@@ -90,6 +90,15 @@ def proxy(
             "yet written at a crash are in the log."
         ),
     ] = None,
+    spool: Annotated[
+        Path | None,
+        typer.Option(
+            help="Folder of the durable usage spool: records are on disk (fsync'd) before the "
+            "database is tried and leave it once stored, so a slow, locked or stopped "
+            "database or a kill -9 loses nothing spooled; a proxy replays what an earlier one "
+            "left. One proxy per folder. Default: SPECLEDGER_DATA_DIR/usage-spool/PORT."
+        ),
+    ] = None,
     read_timeout: Annotated[
         float,
         typer.Option(help="Seconds to wait for a response or between two chunks of a stream."),
@@ -154,6 +163,7 @@ def proxy(
             database_url=database_url,
             jsonl_path=jsonl,
             spill_path=settings.data_dir / "usage-spill.jsonl",
+            spool_dir=spool or settings.data_dir / "usage-spool" / str(port),
             store_uri=store,
             s3_endpoint_url=settings.s3_endpoint_url,
             read_timeout_s=read_timeout,

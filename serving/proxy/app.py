@@ -77,6 +77,7 @@ def create_proxy_app(
             jsonl_path=config.jsonl_path,
             store=store,
             spill_path=config.spill_path,
+            spool_dir=config.spool_dir,
             batch_size=config.sink_batch_size,
             flush_interval_s=config.sink_flush_interval_s,
         )
@@ -204,6 +205,9 @@ async def _healthz(state: ProxyState) -> JSONResponse:
             "processed": sink.processed,
             "db_failures": sink.db_failures,
             "spilled": sink.spilled,
+            "spooled": state.sink.backlog.depth,
+            "oldest_spooled_age_s": round(state.sink.backlog.oldest_age_s(), 3),
+            "replayed": sink.replayed,
         },
     }
     return JSONResponse(body, status_code=200 if any(results) else 503)

@@ -70,6 +70,9 @@ class ProxyConfig(BaseModel):
     """Where usage records go; None writes only the JSONL log."""
     jsonl_path: Path | None = None
     spill_path: Path | None = None
+    spool_dir: Path | None = None
+    """The usage sink's durable spool (serving.proxy.spool); None keeps its backlog in
+    memory."""
     store_uri: str | None = None
     """Parquet store (folder or ``s3://bucket/prefix``) for hourly usage files, instead of
     the database."""

@@ -62,6 +62,11 @@ class ProxyMetrics:
         self._sink = Gauge(
             "specledger_usage_sink_records", "Usage sink record counts.", ["state"],
             registry=self.registry)  # fmt: skip
+        self._backlog_age = Gauge(
+            "specledger_usage_sink_oldest_backlog_age_seconds",
+            "Age of the oldest record waiting for the database (spooled or in memory).",
+            registry=self.registry,
+        )
 
     def in_flight(self, spec: ReplicaSpec, count: int) -> None:
         self._in_flight.labels(spec.deployment, spec.replica_name).set(count)
@@ -93,7 +98,10 @@ class ProxyMetrics:
             ("inserted", lambda: stats.inserted),
             ("duplicates", lambda: stats.duplicates),
             ("spilled", lambda: stats.spilled),
+            ("spooled", lambda: sink.backlog.depth),
+            ("replayed", lambda: stats.replayed),
             ("pending", lambda: stats.submitted - stats.processed),
             ("db_failures", lambda: stats.db_failures),
         ):
             self._sink.labels(state).set_function(read)
+        self._backlog_age.set_function(lambda: sink.backlog.oldest_age_s())

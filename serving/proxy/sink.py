@@ -1,23 +1,25 @@
 """Where the proxy's usage records go: the database in batches, and optionally a JSONL file.
 
 Writes are idempotent on ``event_id`` (``INSERT ... ON CONFLICT DO NOTHING`` on PostgreSQL
-and SQLite), so a record written twice, by a retry or by ``specledger ingest usage`` on the
-JSONL log, is stored once. The proxy never waits on the database: it hands records to a
-:class:`UsageSink`, whose thread batches them. Nothing is lost when the database is down:
-the thread keeps the batch and retries with back-off; records still unwritten at shutdown are
-in the JSONL log, or in a spill file when there is none, both loadable with
+and SQLite), so a record written twice, by a retry, a replay of the spool or
+``specledger ingest usage`` on the JSONL log, is stored once. The proxy never waits on the
+database: it hands records to a :class:`UsageSink`, whose thread batches them. Each batch
+goes to the backlog first: with a spool folder (:mod:`serving.proxy.spool`) it is on disk,
+fsync'd, before the database is tried, and leaves the spool only once stored, so a database
+that is slow, locked or down, or a ``kill -9`` of the proxy, loses nothing spooled; the
+next proxy on the spool replays it. Without a spool the backlog is in memory and what is
+unwritten at shutdown goes to the JSONL log or a spill file, loadable with
 ``specledger ingest usage``.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import queue
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -30,19 +32,13 @@ from app.domain.usage import ReplicaIdleEvent, UsageEvent
 from app.kit.dataset_store import DatasetStore, StoreError
 from app.usage.repository import insert_idle, insert_usage
 from app.usage.store import HourlyUsageFiles
+from serving.proxy.spool import Backlog, MemoryBacklog, Spool, write_jsonl
 
 __all__ = ["SinkStats", "UsageSink", "write_jsonl"]
 
 log = logging.getLogger(__name__)
 
 Record = UsageEvent | ReplicaIdleEvent
-
-
-def write_jsonl(stream: IO[str], records: Iterable[Record]) -> None:
-    """Write records as JSON lines (no floats, ISO 8601 UTC instants)."""
-    for record in records:
-        stream.write(json.dumps(record.to_json(), ensure_ascii=False, separators=(",", ":")))
-        stream.write("\n")
 
 
 @dataclass(slots=True)
@@ -59,7 +55,10 @@ class SinkStats:
     db_failures: int = 0
     """Failed database writes (each retried, or spilled when it kept failing)."""
     spilled: int = 0
-    """Records left unwritten in the database, kept in the JSONL log or the spill file."""
+    """Records left unwritten in the database at shutdown, kept in the spool, the JSONL
+    log or the spill file."""
+    replayed: int = 0
+    """Records an earlier proxy left in the spool, stored by this one."""
     processed: int = 0
     """Records done with: stored, skipped as duplicates, handed to the hourly Parquet
     files, or left in a file."""
@@ -80,6 +79,7 @@ class UsageSink:
         jsonl_path: Path | None = None,
         store: DatasetStore | None = None,
         spill_path: Path | None = None,
+        spool_dir: Path | None = None,
         batch_size: int = 500,
         flush_interval_s: float = 0.25,
         retry_max_s: float = 5.0,
@@ -94,8 +94,11 @@ class UsageSink:
                 over; idle records still go to the database. Records not yet in a file at a
                 crash are in the JSONL log when there is one.
             spill_path: Where records the database refused until shutdown go when there is
-                no JSONL log. Default: ``usage-spill-<UTC time>.jsonl`` next to the working
-                directory.
+                no JSONL log and no spool, and where records the database refuses as bad
+                go. Default: ``usage-spill-<UTC time>.jsonl`` next to the working directory.
+            spool_dir: The durable spool for records bound for the database (one proxy per
+                folder); its leftovers from an earlier proxy are replayed first. None keeps
+                the backlog in memory.
             batch_size: Most records per database transaction.
             flush_interval_s: Longest wait for more records before writing a batch.
             retry_max_s: Longest back-off between attempts while the database fails.
@@ -105,26 +108,38 @@ class UsageSink:
         self.engine = engine
         self.jsonl_path = jsonl_path
         self.spill_path = spill_path
+        self.spool_dir = spool_dir if engine is not None else None
         self.batch_size = batch_size
         self.flush_interval_s = flush_interval_s
         self.retry_max_s = retry_max_s
         self.stats = SinkStats()
         self._hourly = HourlyUsageFiles(store) if store is not None else None
         self._queue: queue.SimpleQueue[Record | None] = queue.SimpleQueue()
-        self._pending: list[Record] = []
+        self.backlog: Backlog = MemoryBacklog()
         self._done = threading.Condition()
         self._closing = threading.Event()
+        self._all_spooled = threading.Event()
+        self._backlog_grew = threading.Event()
         self._close_deadline = 0.0
         self._thread: threading.Thread | None = None
+        self._writer: threading.Thread | None = None
         self._jsonl: IO[str] | None = None
 
     def start(self) -> None:
-        """Open the JSONL log and start the writer thread."""
+        """Open the spool and the JSONL log and start the writer thread.
+
+        Raises:
+            SpoolInUse: If another proxy holds the spool folder.
+        """
+        if self.spool_dir is not None:
+            self.backlog = Spool(self.spool_dir)
         if self.jsonl_path is not None:
             self.jsonl_path.parent.mkdir(parents=True, exist_ok=True)
             self._jsonl = self.jsonl_path.open("a", encoding="utf-8")
         self._thread = threading.Thread(target=self._run, name="usage-sink", daemon=True)
+        self._writer = threading.Thread(target=self._drain, name="usage-sink-db", daemon=True)
         self._thread.start()
+        self._writer.start()
 
     def submit(self, record: Record) -> None:
         """Queue a record; never blocks. Thread-safe.
@@ -160,6 +175,10 @@ class UsageSink:
         self._queue.put(None)
         self._thread.join()
         self._thread = None
+        if self._writer is not None:
+            self._writer.join()
+            self._writer = None
+        self.backlog.close()
         if self._jsonl is not None:
             self._jsonl.flush()
             os.fsync(self._jsonl.fileno())
@@ -168,27 +187,90 @@ class UsageSink:
         return self.stats
 
     def _run(self) -> None:
-        backoff_s = 0.0
+        """Take records from the proxy into the JSONL log, the hourly files and the backlog.
+        Never waits on the database (the writer thread does), so records reach the spool
+        within a flush interval however slow the database is."""
         while True:
-            batch = self._take(timeout_s=backoff_s or self.flush_interval_s)
+            batch = self._take(timeout_s=self.flush_interval_s)
             if batch:
                 self._log_jsonl(batch)
                 batch = self._to_hourly_files(batch)
-                self._pending.extend(batch)
+            if batch and self.engine is None:
+                self._mark_processed(len(batch))
+            elif batch:
+                self.backlog.append(batch)
+                self._backlog_grew.set()
             self._write_hourly_files()
-            if self._pending:
-                if self.engine is None or self._write_db():
-                    self._mark_processed(len(self._pending))
-                    self._pending = []
-                    backoff_s = 0.0
-                elif self._closing.is_set() and time.monotonic() >= self._close_deadline:
-                    self._spill()
-                else:
-                    backoff_s = min(max(backoff_s * 2, 0.1), self.retry_max_s)
             # close() queues its wake-up marker after every record submitted before it.
-            if self._closing.is_set() and self._queue.empty() and not self._pending:
+            if self._closing.is_set() and self._queue.empty():
                 self._write_hourly_files(final=True)
+                self._all_spooled.set()
+                self._backlog_grew.set()
                 return
+
+    def _drain(self) -> None:
+        """Store the backlog in the database, oldest first, backing off while it fails;
+        at close, give up on what the database still refuses at the deadline."""
+        backoff_s = 0.0
+        while True:
+            if backoff_s:
+                time.sleep(backoff_s)
+            else:
+                self._backlog_grew.wait(timeout=self.flush_interval_s)
+            self._backlog_grew.clear()
+            if self.backlog.oldest() is not None:
+                if self._write_backlog():
+                    backoff_s = 0.0
+                    continue
+                backoff_s = min(max(backoff_s * 2, 0.1), self.retry_max_s)
+            if self._all_spooled.is_set():
+                if self.backlog.oldest() is None:
+                    return
+                if time.monotonic() >= self._close_deadline:
+                    self._give_up()
+                    return
+
+    def _write_backlog(self) -> bool:
+        """Store the backlog's batches, oldest first.
+
+        Returns:
+            False when the database is unreachable (try again later).
+        """
+        while True:
+            segment = self.backlog.oldest()
+            if segment is None:
+                break
+            if not self._write_db(self.backlog.read(segment)):
+                return False
+            self.backlog.remove(segment)
+            if segment.inherited:
+                self.stats.replayed += segment.records
+            else:
+                self._mark_processed(segment.records)
+        return True
+
+    def _give_up(self) -> None:
+        """Shutting down with the database still failing: spooled records stay in the
+        spool for the next proxy; an in-memory backlog goes to the JSONL log or the spill
+        file."""
+        if isinstance(self.backlog, Spool):
+            left = self.backlog.leave()
+            depth = sum(segment.records for segment in left)
+            log.error(
+                "usage sink: %d records not in the database; they stay in the spool %s "
+                "and the next proxy on it stores them",
+                depth,
+                self.spool_dir,
+            )
+            self.stats.spilled += depth
+            self._mark_processed(sum(s.records for s in left if not s.inherited))
+            return
+        records: list[Record] = []
+        while (segment := self.backlog.oldest()) is not None:
+            records += self.backlog.read(segment)
+            self.backlog.remove(segment)
+        self._spill(records)
+        self._mark_processed(len(records))
 
     def _to_hourly_files(self, batch: list[Record]) -> list[Record]:
         """Hand the usage records to the hourly Parquet files (done with, as far as flush()
@@ -239,14 +321,15 @@ class UsageSink:
         self._jsonl.flush()
         self.stats.jsonl_lines += len(batch)
 
-    def _write_db(self) -> bool:
-        """Write the pending records in one transaction; on a bad row, one at a time.
+    def _write_db(self, records: list[Record]) -> bool:
+        """Write records in one transaction; on a bad row, one at a time (the rows the
+        database refuses go to the spill file).
 
         Returns:
             False when the database is unreachable (try again later).
         """
         try:
-            self._write_rows(self._pending)
+            self._write_rows(records)
             return True
         except (OperationalError, InterfaceError) as exc:
             self.stats.db_failures += 1
@@ -260,7 +343,7 @@ class UsageSink:
                 "usage sink: a batch was refused (%s); writing its records one by one", exc.orig
             )
         refused = []
-        for record in self._pending:
+        for record in records:
             try:
                 self._write_rows([record])
             except (OperationalError, InterfaceError):
@@ -283,9 +366,8 @@ class UsageSink:
         self.stats.duplicates += len(usage) - inserted
         self.stats.idle_rows += idle_rows
 
-    def _spill(self, records: list[Record] | None = None) -> None:
-        """Give up on the database (or the store) for ``records`` (default: all pending)."""
-        records = self._pending if records is None else records
+    def _spill(self, records: list[Record]) -> None:
+        """Give up on the database (or the store) for ``records``."""
         count = len(records)
         if self._jsonl is not None:
             log.error(
@@ -308,9 +390,6 @@ class UsageSink:
                 path,
             )
         self.stats.spilled += count
-        if records is self._pending:
-            self._mark_processed(count)
-            self._pending = []
 
     def _mark_processed(self, count: int) -> None:
         with self._done:

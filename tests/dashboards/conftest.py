@@ -9,9 +9,10 @@ from typing import Any
 import pytest
 from fastapi import FastAPI
 from sqlalchemy import Engine
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.orm import Session
 
 from app.auth.service import create_key
+from app.deps import session_makers
 from app.errors import install_error_handlers
 from dashboards.router import router
 from tests.dashboards.seed import Seeded, seed_month
@@ -29,7 +30,7 @@ def dashboards_app(engine: Engine) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[dict[str, Any]]:
-        yield {"engine": engine, "sessionmaker": sessionmaker(engine, expire_on_commit=False)}
+        yield {"engine": engine, **session_makers(engine)}
 
     app = FastAPI(lifespan=lifespan)
     install_error_handlers(app)
