@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 from sqlalchemy import func, select, text
 
@@ -18,9 +19,12 @@ from app import migrate
 from app.db import make_engine
 from app.domain.usage import ReplicaIdleEvent, UsageEvent
 from app.models import UsageRecord
+from serving.proxy.app import ProxyConfig, ReplicaSpec, create_proxy_app
 from serving.proxy.sink import UsageSink
 from serving.proxy.spool import Spool, SpoolInUse
 from tests.factories import at, usage_record
+from tests.serving.fake_vllm import FakeVllm
+from tests.serving.proxy_helpers import serve
 
 pytestmark = pytest.mark.xdist_group("usage-spool")
 
@@ -211,3 +215,41 @@ def test_a_proxy_killed_with_sigkill_loses_only_what_it_had_not_spooled(
     assert rows == distinct
     assert 200 <= rows <= 250
     assert sink.stats.replayed == rows
+
+
+def test_requests_through_a_proxy_are_stored_once_after_the_database_was_locked(
+    sqlite_url: str, tmp_path: Path, lock_database: Callable[[], Callable[[], None]]
+) -> None:
+    """The running proxy (in front of a fake vLLM) while another process locks the SQLite
+    file: requests are answered, their records wait in the spool (its depth and age on
+    /metrics), and all are stored once when the lock goes."""
+    fake = FakeVllm()
+    config = ProxyConfig(
+        replicas=(ReplicaSpec(url="http://fake:8000", deployment="smol", name="a", gpus=1),),
+        database_url=sqlite_url,
+        spool_dir=tmp_path / "spool",
+        tick_interval_s=0.05,
+        sink_flush_interval_s=0.05,
+    )
+    release = lock_database()
+    with (
+        serve(create_proxy_app(config, transport=fake.transport())) as base,
+        httpx.Client(base_url=base, timeout=30) as client,
+    ):
+        for n in range(30):
+            body = {"model": "fake-model", "prompt": f"p{n}", "max_tokens": 4}
+            headers = {"X-Team": "search", "X-Session-Id": f"s{n % 3}"}
+            assert client.post("/v1/completions", json=body, headers=headers).status_code == 200
+        _wait_for(lambda: _sink_state(client)["spooled"] >= 30)
+        metrics = client.get("/metrics").text
+        assert 'specledger_usage_sink_records{state="spooled"}' in metrics
+        assert "specledger_usage_sink_oldest_backlog_age_seconds" in metrics
+        release()
+        _wait_for(lambda: _sink_state(client)["spooled"] == 0)
+    rows, distinct = _stored(sqlite_url)
+    assert rows == distinct == 30
+
+
+def _sink_state(client: httpx.Client) -> dict[str, int]:
+    sink: dict[str, int] = client.get("/healthz").json()["usage_sink"]
+    return sink
