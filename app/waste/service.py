@@ -169,17 +169,21 @@ def _acceptance_groups(
     """One part's speculative requests per key of ``scope``, their cost left at zero (it
     is added per place: see :func:`_group_costs`)."""
     rejected = UsageRecord.draft_tokens - UsageRecord.accepted_tokens
+    drafted_col, accepted_col = UsageRecord.draft_tokens, UsageRecord.accepted_tokens
     query = (
         select(
             column,
             func.count(),
             func.sum(UsageRecord.num_drafts),
-            func.sum(UsageRecord.draft_tokens),
-            func.sum(UsageRecord.accepted_tokens),
+            func.sum(drafted_col),
+            func.sum(accepted_col),
             func.sum(UsageRecord.prompt_tokens + UsageRecord.completion_tokens + rejected),
             func.max(UsageRecord.spec_k),
             func.min(UsageRecord.spec_method),
             func.max(UsageRecord.spec_method),
+            func.sum(accepted_col * accepted_col),
+            func.sum(accepted_col * drafted_col),
+            func.sum(drafted_col * drafted_col),
         )
         .where(*usage, UsageRecord.draft_tokens > 0)
         .group_by(column)
@@ -196,10 +200,24 @@ def _acceptance_groups(
             accepted_tokens=int(accepted or 0),
             scheduled_tokens=int(scheduled or 0),
             cost_micros=0,
+            accepted_sq=int(accepted_sq or 0),
+            accepted_drafted=int(cross or 0),
+            drafted_sq=int(drafted_sq or 0),
         )
-        for key, n, drafts, drafted, accepted, scheduled, k, low_method, high_method in (
-            reader.rows(query)
-        )
+        for (
+            key,
+            n,
+            drafts,
+            drafted,
+            accepted,
+            scheduled,
+            k,
+            low_method,
+            high_method,
+            accepted_sq,
+            cross,
+            drafted_sq,
+        ) in reader.rows(query)
     ]
 
 
@@ -242,6 +260,9 @@ def _add_group(groups: dict[str, AcceptanceGroup], found: AcceptanceGroup) -> No
         accepted_tokens=known.accepted_tokens + found.accepted_tokens,
         scheduled_tokens=known.scheduled_tokens + found.scheduled_tokens,
         cost_micros=known.cost_micros + found.cost_micros,
+        accepted_sq=known.accepted_sq + found.accepted_sq,
+        accepted_drafted=known.accepted_drafted + found.accepted_drafted,
+        drafted_sq=known.drafted_sq + found.drafted_sq,
     )
 
 

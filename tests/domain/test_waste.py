@@ -1,7 +1,9 @@
-"""Waste findings (pure): the Wilson bound, monthly scaling, k advice, the three finders."""
+"""Waste findings (pure): the acceptance bounds (Wilson's, and clustered by request on
+correlated traffic), monthly scaling, k advice, the three finders."""
 
 import math
 
+import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -17,6 +19,7 @@ from app.domain.waste import (
     Scope,
     Thresholds,
     above_breakeven_finding,
+    acceptance_interval,
     idle_findings,
     low_acceptance_findings,
     monthly,
@@ -191,3 +194,79 @@ def test_monthly_refuses_an_empty_window() -> None:
     with pytest.raises(InvalidInput):
         monthly(1, 0.0)
     assert math.isclose(monthly(1_000_000, SECONDS_PER_MONTH / 2), 2_000_000)
+
+
+def _traffic(rng: np.random.Generator, rate: float, requests: int, k: int = 4) -> AcceptanceGroup:
+    """A deployment's requests whose acceptance is correlated within each request: each
+    request draws its own acceptance probability (Beta, mean ``rate``, wide: some prompts
+    suit the drafter, some do not) and its draft steps accept 0..k tokens, stopping at the
+    first rejection, with that probability."""
+    probabilities = rng.beta(2 * rate, 2 * (1 - rate), size=requests)
+    steps = rng.integers(5, 60, size=requests)
+    accepted = np.zeros(requests, dtype=np.int64)
+    for i, (p, n) in enumerate(zip(probabilities, steps, strict=True)):
+        # accepted tokens of a step: the first rejection among k draws, capped at k
+        accepted[i] = np.minimum(rng.geometric(1 - p, size=n) - 1, k).sum() if p < 1 else n * k
+    drafted = steps * k
+    return AcceptanceGroup(
+        scope=Scope.deployment,
+        key="d",
+        method="ngram",
+        k=k,
+        requests=requests,
+        num_drafts=int(steps.sum()),
+        draft_tokens=int(drafted.sum()),
+        accepted_tokens=int(accepted.sum()),
+        scheduled_tokens=int(3 * drafted.sum()),
+        cost_micros=1_000_000,
+        accepted_sq=int((accepted * accepted).sum()),
+        accepted_drafted=int((accepted * drafted).sum()),
+        drafted_sq=int((drafted * drafted).sum()),
+    )
+
+
+def _true_rate(rng: np.random.Generator, rate: float, k: int = 4) -> float:
+    """The population acceptance (accepted / drafted) of :func:`_traffic`, by simulation."""
+    big = _traffic(rng, rate, 20_000, k)
+    return big.accepted_tokens / big.draft_tokens
+
+
+def test_a_deployment_truly_above_the_threshold_is_flagged_at_the_nominal_rate_at_most() -> None:
+    """Generated traffic whose true acceptance is 55%, correlated within requests: the
+    request-clustered bound flags it about as often as its confidence allows (a 95%
+    two-sided interval's upper bound falls below the truth 2.5% of the time), where the
+    token-level Wilson bound flagged it several times as often."""
+    rng = np.random.default_rng(7)
+    beta_mean = 0.71  # the Beta mean that gives about 55% accepted per drafted token
+    truth = _true_rate(rng, beta_mean)
+    assert 0.53 < truth < 0.57
+    thresholds = Thresholds(acceptance=0.5, confidence=0.95, min_requests=5)
+    flagged = wilson_flagged = 0
+    trials = 600
+    for _ in range(trials):
+        traffic = _traffic(rng, beta_mean, requests=int(rng.integers(8, 60)))
+        flagged += bool(low_acceptance_findings([traffic], thresholds, window_seconds=DAY))
+        _, high = wilson_interval(traffic.accepted_tokens, traffic.draft_tokens, confidence=0.95)
+        wilson_flagged += high < 0.5
+    assert flagged / trials <= 0.04
+    assert wilson_flagged / trials >= 3 * max(flagged / trials, 0.01)
+
+
+def test_the_clustered_interval_covers_the_true_rate_at_its_level() -> None:
+    rng = np.random.default_rng(11)
+    truth = _true_rate(rng, 0.45)
+    covered = sum(
+        lo <= truth <= hi
+        for lo, hi in (
+            acceptance_interval(_traffic(rng, 0.45, requests=30), confidence=0.9)
+            for _ in range(500)
+        )
+    )
+    assert 0.85 <= covered / 500 <= 0.97
+
+
+def test_one_request_bounds_nothing_and_a_flat_sample_keeps_the_wilson_width() -> None:
+    one = group(400, 100, requests=1)
+    assert acceptance_interval(one, confidence=0.95) == (0.0, 1.0)
+    flat = group(400, 100, requests=4)  # no spread given: the token-level bound remains
+    assert acceptance_interval(flat, confidence=0.95) == wilson_interval(100, 400, confidence=0.95)
