@@ -25,6 +25,8 @@ from app.auth.service import authenticate
 from app.deps import EngineDep, SessionDep
 from app.domain.errors import Unauthorized
 from app.domain.periods import InvalidMonth, Month
+from app.kit.http_params import id_query, name_query
+from app.kit.schemas import STORABLE
 from dashboards import breakeven_data, data, pages
 
 KEY_COOKIE = "specledger_key"
@@ -47,10 +49,12 @@ def get_dashboard_team(
         str | None,
         Query(
             description="An API key, for a browser's first visit; "
-            "it is kept in a cookie afterwards."
+            "it is kept in a cookie afterwards.",
+            max_length=256,
+            pattern=STORABLE,
         ),
     ] = None,
-    team: Annotated[str | None, Query(description="Admin keys: show this team's view.")] = None,
+    team: Annotated[str | None, name_query("Admin keys: show this team's view.")] = None,
 ) -> str | None:
     """The team whose data a dashboard request may show; None means every team.
 
@@ -167,7 +171,7 @@ def breakeven(
     engine: EngineDep,
     team: DashboardTeam,
     month: _MonthQuery = None,
-    sweep: Annotated[int | None, Query(description="Sweep id; default: newest.")] = None,
+    sweep: Annotated[int | None, id_query("Sweep id; default: newest.")] = None,
 ) -> str:
     """Measured and fitted speedup against concurrency, the breakeven and the k schedule."""
     chosen = _month(engine, month)

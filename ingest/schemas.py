@@ -4,7 +4,7 @@ from typing import Any, Literal
 
 from pydantic import ConfigDict, Field
 
-from app.kit.schemas import Schema
+from app.kit.schemas import Schema, StoredText
 
 
 class BillingIngestCreate(Schema):
@@ -15,7 +15,7 @@ class BillingIngestCreate(Schema):
     )
     """A FOCUS file (.csv, .csv.gz, .parquet) or folder on the server, or an S3 prefix of an
     AWS Data Export."""
-    source: str | None = Field(None, min_length=1, max_length=256)
+    source: StoredText | None = Field(None, min_length=1, max_length=256)
     """Name of the billing source; re-ingesting a source replaces its billing periods."""
     force: bool = False
     """Replace stored billing periods even with an older delivery."""

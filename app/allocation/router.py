@@ -21,7 +21,7 @@ from app.domain.periods import Month
 from app.domain.windows import Step
 from app.errors import RESPONSES_READ, ErrorBody, InvalidParameter
 from app.kit.dataset_store import DatasetStore
-from app.kit.http_params import PageDep, WindowDep, parse_dimensions
+from app.kit.http_params import PageDep, TeamQuery, WindowDep, parse_dimensions
 from app.kit.responses import Format, csv_download
 from app.kit.schemas import WindowRead, money
 
@@ -64,10 +64,7 @@ def get_allocation(
             "share it to requests by GPU-seconds."
         ),
     ] = IdlePolicy.separate,
-    team: Annotated[
-        str | None,
-        Query(description="Only this team (admin keys; a team key always sees only its own team)."),
-    ] = None,
+    team: TeamQuery = None,
     format: Annotated[Format, Query(description="json or csv.")] = Format.json,
 ) -> Any:
     """Allocated cost per aggregate and step over a window, from the ledger."""

@@ -7,7 +7,16 @@ from pydantic import AwareDatetime, Field, model_validator
 
 from app.allocation.query import AllocationLine, CostMetric, IdlePolicy
 from app.domain.windows import Step
-from app.kit.schemas import Amount, PageMeta, Schema, WindowRead, money
+from app.kit.schemas import (
+    FIRST_MONTH,
+    LAST_MONTH,
+    Amount,
+    PageMeta,
+    Schema,
+    WindowRead,
+    in_calendar,
+    money,
+)
 
 
 class AllocationItem(Schema):
@@ -64,6 +73,8 @@ class AllocationRunCreate(Schema):
             raise ValueError("give month, or start and end")
         if self.start and self.end and self.end <= self.start:
             raise ValueError("end must be after start (windows are half-open)")
+        if self.start and self.end and not in_calendar(self.start, self.end):
+            raise ValueError(f"start and end must lie within {FIRST_MONTH} to {LAST_MONTH}")
         return self
 
 

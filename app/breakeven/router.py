@@ -17,18 +17,20 @@ from app.breakeven.schemas import (
 )
 from app.deps import SessionDep
 from app.errors import RESPONSES_READ, ErrorBody
+from app.kit.http_params import id_path, id_query, name_query
+from app.kit.schemas import BIGINT_MAX
 
 router = APIRouter(prefix="/breakeven", tags=["breakeven"])
 tiers_router = APIRouter(prefix="/tiers", tags=["tiers"])
 
 SweepQuery = Annotated[
     int | None,
-    Query(
-        description="Take acceptance and the TPOT tail from "
-        "this fitted sweep (default: the catalog's "
+    id_query(
+        "Take acceptance and the TPOT tail from this fitted sweep (default: the catalog's "
         "assumptions)."
     ),
 ]
+SweepId = Annotated[int, id_path("The sweep's id.")]
 
 
 def _read(summary: service.SweepSummary) -> SweepRead:
@@ -47,7 +49,9 @@ def _read(summary: service.SweepSummary) -> SweepRead:
 
 @router.get("/sweeps", response_model=list[SweepRead], responses=RESPONSES_READ)
 def list_sweeps(
-    session: SessionDep, _principal: PrincipalDep, deployment: str | None = None
+    session: SessionDep,
+    _principal: PrincipalDep,
+    deployment: Annotated[str | None, name_query("Only this deployment's sweeps.")] = None,
 ) -> list[SweepRead]:
     """Load sweeps, newest first."""
     return [_read(s) for s in service.list_sweeps(session, deployment=deployment)]
@@ -58,7 +62,7 @@ def list_sweeps(
     response_model=SweepDetail,
     responses={**RESPONSES_READ, 404: {"model": ErrorBody}},
 )
-def get_sweep(sweep_id: int, session: SessionDep, _principal: PrincipalDep) -> SweepDetail:
+def get_sweep(sweep_id: SweepId, session: SessionDep, _principal: PrincipalDep) -> SweepDetail:
     """One sweep with its measured points."""
     sweep, points = service.get_sweep(session, sweep_id)
     return SweepDetail(
@@ -74,7 +78,7 @@ def get_sweep(sweep_id: int, session: SessionDep, _principal: PrincipalDep) -> S
     responses={**RESPONSES_READ, 404: {"model": ErrorBody}},
 )
 def get_fit(
-    sweep_id: int,
+    sweep_id: SweepId,
     session: SessionDep,
     _principal: PrincipalDep,
     refit: Annotated[
@@ -83,7 +87,9 @@ def get_fit(
     bootstrap: Annotated[
         int, Query(ge=0, le=2000, description="Bootstrap replicates for the interval of a refit.")
     ] = 200,
-    seed: Annotated[int, Query(ge=0, description="Seed of a refit's bootstrap.")] = 0,
+    seed: Annotated[
+        int, Query(ge=0, le=BIGINT_MAX, description="Seed of a refit's bootstrap.")
+    ] = 0,
 ) -> FitRead:
     """The sweep's breakeven fit: the breakeven concurrency with its interval, the
     inflection, and the k schedule for vLLM."""

@@ -1,5 +1,7 @@
 """The deployments registry: list (any key), register deployments and replicas (admin)."""
 
+from typing import Annotated
+
 from fastapi import APIRouter
 
 from app.auth.deps import AdminDep, PrincipalDep
@@ -8,6 +10,7 @@ from app.deployments import service
 from app.deployments.schemas import DeploymentCreate, DeploymentRead, ReplicaCreate, ReplicaRead
 from app.deps import SessionDep
 from app.errors import RESPONSES_READ, ErrorBody
+from app.kit.http_params import name_path
 from app.models import Deployment, Replica
 
 router = APIRouter(prefix="/deployments", tags=["deployments"])
@@ -62,7 +65,10 @@ def create_deployment(
     responses={**RESPONSES_READ, 404: {"model": ErrorBody}, 409: {"model": ErrorBody}},
 )
 def create_replica(
-    name: str, body: ReplicaCreate, session: SessionDep, _admin: AdminDep
+    name: Annotated[str, name_path("The deployment's name.")],
+    body: ReplicaCreate,
+    session: SessionDep,
+    _admin: AdminDep,
 ) -> ReplicaRead:
     """Register a replica of a deployment with its GPUs and billing ResourceId (admin)."""
     replica = service.add_replica(

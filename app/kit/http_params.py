@@ -1,21 +1,59 @@
-"""Query parameters shared by the routers: windows, months, aggregates and pages."""
+"""Parameters shared by the routers: windows, months, aggregates, pages, teams and ids.
+
+Every integer and every string of a path or query that reaches the database is bounded to
+what its column holds (:mod:`app.kit.schemas`), so that a larger value is a 422 naming the
+parameter rather than a driver's overflow."""
 
 import re
 from dataclasses import dataclass
-from typing import Annotated, TypeVar
+from typing import Annotated, Any, TypeVar
 
-from fastapi import Depends, Query
+from fastapi import Depends, Path, Query
 
 from app.deps import NowDep
 from app.domain.ledger import Dimension
 from app.domain.periods import InvalidMonth, Month
 from app.domain.windows import GRAMMAR, InvalidWindow, TimeWindow, parse_window
 from app.errors import InvalidParameter
+from app.kit.schemas import (
+    BIGINT_MAX,
+    FIRST_MONTH,
+    LAST_MONTH,
+    NAME_MAX,
+    STORABLE,
+    in_calendar,
+)
 
 MAX_LIMIT = 10_000
 _TAG_KEY = re.compile(r"^[\w .:/=+\-@]{1,128}$")
 """Tag keys as cloud providers allow them (AWS: letters, digits, spaces, _ . : / = + - @)."""
 T = TypeVar("T")
+
+
+def id_path(description: str) -> Any:
+    """A path parameter naming a row by its id (ids start at 1 and fit a BIGINT)."""
+    return Path(ge=1, le=BIGINT_MAX, description=description)
+
+
+def id_query(description: str) -> Any:
+    """A query parameter naming a row by its id (ids start at 1 and fit a BIGINT)."""
+    return Query(ge=1, le=BIGINT_MAX, description=description)
+
+
+def name_path(description: str, max_length: int = NAME_MAX) -> Any:
+    """A path parameter matched against a name column of ``max_length`` characters."""
+    return Path(max_length=max_length, pattern=STORABLE, description=description)
+
+
+def name_query(description: str, max_length: int = NAME_MAX) -> Any:
+    """A query parameter matched against a name column of ``max_length`` characters."""
+    return Query(max_length=max_length, pattern=STORABLE, description=description)
+
+
+TeamQuery = Annotated[
+    str | None,
+    name_query("Only this team (admin keys; a team key always sees only its own team)."),
+]
 
 
 def window_param(
@@ -30,9 +68,16 @@ def window_param(
     ],
 ) -> TimeWindow:
     try:
-        return parse_window(window, now=now)
+        parsed = parse_window(window, now=now)
     except InvalidWindow as exc:
         raise InvalidParameter("query.window", str(exc)) from None
+    except (ValueError, OverflowError):  # a day or an offset past 9999-12-31
+        parsed = None
+    if parsed is None or not in_calendar(parsed.start, parsed.end):
+        raise InvalidParameter(
+            "query.window", f"window {window!r} is not within {FIRST_MONTH} to {LAST_MONTH}"
+        )
+    return parsed
 
 
 WindowDep = Annotated[TimeWindow, Depends(window_param)]
@@ -45,9 +90,12 @@ def month_param(
     ],
 ) -> Month:
     try:
-        return Month.parse(month)
+        parsed = Month.parse(month)
     except InvalidMonth as exc:
         raise InvalidParameter("query.month", str(exc)) from None
+    if not FIRST_MONTH <= parsed <= LAST_MONTH:
+        raise InvalidParameter("query.month", f"give a month from {FIRST_MONTH} to {LAST_MONTH}")
+    return parsed
 
 
 MonthDep = Annotated[Month, Depends(month_param)]
@@ -96,7 +144,9 @@ class Page:
 
 def page_param(
     limit: Annotated[int, Query(ge=1, le=MAX_LIMIT, description="Items per page.")] = 1000,
-    offset: Annotated[int, Query(ge=0, description="Items to skip (see next_offset).")] = 0,
+    offset: Annotated[
+        int, Query(ge=0, le=BIGINT_MAX, description="Items to skip (see next_offset).")
+    ] = 0,
 ) -> Page:
     return Page(limit, offset)
 

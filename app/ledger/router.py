@@ -9,7 +9,7 @@ from app.auth.deps import AdminDep, PrincipalDep, team_scope
 from app.deps import SessionDep, SettingsDep
 from app.domain.periods import Month
 from app.errors import RESPONSES_READ, ErrorBody
-from app.kit.http_params import MonthDep, PageDep, parse_dimensions
+from app.kit.http_params import MonthDep, PageDep, TeamQuery, parse_dimensions
 from app.kit.responses import Format, csv_download, download
 from app.ledger import downloads
 from app.ledger.costs import unit_costs
@@ -24,11 +24,6 @@ from app.ledger.schemas import (
 from app.ledger.service import close_month, closed_months
 
 router = APIRouter(tags=["ledger"])
-
-TeamQuery = Annotated[
-    str | None,
-    Query(description="Only this team (admin keys; a team key always sees only its own team)."),
-]
 
 
 @router.get(

@@ -2,13 +2,14 @@
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter
 
 from app.auth.deps import AdminDep, PrincipalDep, team_scope
 from app.deps import SessionDep, SettingsDep
 from app.domain.errors import NotFound
+from app.domain.usage import SESSION_ID_MAX
 from app.errors import RESPONSES_READ, ErrorBody
-from app.kit.http_params import PageDep, WindowDep
+from app.kit.http_params import PageDep, TeamQuery, WindowDep, name_path
 from app.kit.schemas import WindowRead, money
 from app.usage import service
 from app.usage.schemas import (
@@ -67,10 +68,7 @@ def list_sessions(
     principal: PrincipalDep,
     window: WindowDep,
     page: PageDep,
-    team: Annotated[
-        str | None,
-        Query(description="Only this team (admin keys; a team key always sees only its own team)."),
-    ] = None,
+    team: TeamQuery = None,
 ) -> SessionPage:
     """Sessions with requests in the window, by first arrival, with their cost."""
     result = service.list_sessions(
@@ -97,7 +95,7 @@ def list_sessions(
     responses={**RESPONSES_READ, 404: {"model": ErrorBody}},
 )
 def get_session_detail(
-    session_id: str,
+    session_id: Annotated[str, name_path("The session's id.", max_length=SESSION_ID_MAX)],
     session: SessionDep,
     settings: SettingsDep,
     principal: PrincipalDep,

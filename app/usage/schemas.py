@@ -7,12 +7,17 @@ from typing import Annotated, Any, Literal, Self
 from pydantic import AwareDatetime, Field, ValidationError, model_validator
 
 from app.domain.usage import MODEL_MAX, SESSION_ID_MAX, ReplicaIdleEvent, UsageEvent
-from app.kit.schemas import Amount, PageMeta, Schema, WindowRead
+from app.kit.schemas import (
+    INTEGER_MAX,
+    NAME_MAX,
+    Amount,
+    PageMeta,
+    Schema,
+    StoredText,
+    WindowRead,
+)
 
 MAX_BATCH = 5000
-
-NAME_MAX = 128
-"""Longest deployment or replica name."""
 
 
 class UsageEventIn(Schema):
@@ -23,33 +28,37 @@ class UsageEventIn(Schema):
 
     record: Literal["usage"] = "usage"
     """The JSONL log's record type; optional."""
-    event_id: str = Field(strict=True, min_length=1, max_length=64)
+    event_id: StoredText = Field(strict=True, min_length=1, max_length=64)
     """Idempotency key: an event id already stored is skipped."""
-    session_id: str = Field(strict=True, min_length=1, max_length=SESSION_ID_MAX)
-    team: str | None = Field(None, strict=True, min_length=1, max_length=SESSION_ID_MAX)
-    cost_center: str | None = Field(None, strict=True, min_length=1, max_length=SESSION_ID_MAX)
-    tags: dict[str, Annotated[str, Field(strict=True)]] = Field(default_factory=dict, max_length=64)
-    deployment: str = Field(strict=True, min_length=1, max_length=NAME_MAX)
-    replica: str = Field(strict=True, min_length=1, max_length=NAME_MAX)
-    model: str = Field(strict=True, min_length=1, max_length=MODEL_MAX)
-    endpoint: str = Field("completions", strict=True, min_length=1, max_length=32)
+    session_id: StoredText = Field(strict=True, min_length=1, max_length=SESSION_ID_MAX)
+    team: StoredText | None = Field(None, strict=True, min_length=1, max_length=SESSION_ID_MAX)
+    cost_center: StoredText | None = Field(
+        None, strict=True, min_length=1, max_length=SESSION_ID_MAX
+    )
+    tags: dict[StoredText, Annotated[StoredText, Field(strict=True)]] = Field(
+        default_factory=dict, max_length=64
+    )
+    deployment: StoredText = Field(strict=True, min_length=1, max_length=NAME_MAX)
+    replica: StoredText = Field(strict=True, min_length=1, max_length=NAME_MAX)
+    model: StoredText = Field(strict=True, min_length=1, max_length=MODEL_MAX)
+    endpoint: StoredText = Field("completions", strict=True, min_length=1, max_length=32)
     streamed: bool = Field(False, strict=True)
-    spec_method: str = Field("none", strict=True, min_length=1, max_length=32)
+    spec_method: StoredText = Field("none", strict=True, min_length=1, max_length=32)
     spec_k: int | None = Field(None, strict=True, ge=0, le=64)
     arrived_at: AwareDatetime
     first_token_at: AwareDatetime | None = None
     finished_at: AwareDatetime
-    prompt_tokens: int = Field(0, strict=True, ge=0)
-    cached_tokens: int = Field(0, strict=True, ge=0)
-    completion_tokens: int = Field(0, strict=True, ge=0)
-    num_drafts: int = Field(0, strict=True, ge=0)
-    draft_tokens: int = Field(0, strict=True, ge=0)
-    accepted_tokens: int = Field(0, strict=True, ge=0)
+    prompt_tokens: int = Field(0, strict=True, ge=0, le=INTEGER_MAX)
+    cached_tokens: int = Field(0, strict=True, ge=0, le=INTEGER_MAX)
+    completion_tokens: int = Field(0, strict=True, ge=0, le=INTEGER_MAX)
+    num_drafts: int = Field(0, strict=True, ge=0, le=INTEGER_MAX)
+    draft_tokens: int = Field(0, strict=True, ge=0, le=INTEGER_MAX)
+    accepted_tokens: int = Field(0, strict=True, ge=0, le=INTEGER_MAX)
     gpu_ns: int = Field(0, strict=True, ge=0, le=2**62)
-    concurrency: int = Field(1, strict=True, ge=1)
+    concurrency: int = Field(1, strict=True, ge=1, le=INTEGER_MAX)
     status: Literal["ok", "error", "cancelled"] = "ok"
     http_status: int | None = Field(None, strict=True, ge=100, le=599)
-    error: str | None = Field(None, strict=True, max_length=4000)
+    error: StoredText | None = Field(None, strict=True, max_length=4000)
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:
@@ -72,8 +81,8 @@ class ReplicaIdleIn(Schema):
     """GPU time of a replica with no request in flight (``replica_idle``)."""
 
     record: Literal["replica_idle"]
-    deployment: str = Field(strict=True, min_length=1, max_length=NAME_MAX)
-    replica: str = Field(strict=True, min_length=1, max_length=NAME_MAX)
+    deployment: StoredText = Field(strict=True, min_length=1, max_length=NAME_MAX)
+    replica: StoredText = Field(strict=True, min_length=1, max_length=NAME_MAX)
     start_at: AwareDatetime
     end_at: AwareDatetime
     gpu_ns: int = Field(strict=True, ge=0, le=2**62)

@@ -8,7 +8,7 @@ from app.auth.deps import PrincipalDep, team_scope
 from app.deps import NowDep, SessionDep, SettingsDep
 from app.domain.waste import Thresholds, monthly_total
 from app.errors import RESPONSES_READ
-from app.kit.http_params import WindowDep
+from app.kit.http_params import TeamQuery, WindowDep
 from app.kit.schemas import WindowRead, money
 from app.waste import service
 from app.waste.schemas import FindingRead, WasteRead
@@ -28,7 +28,11 @@ def get_waste(
     ] = 0.5,
     confidence: Annotated[
         float,
-        Query(ge=0.5, lt=1, description="Coverage of the Wilson interval on the acceptance rate."),
+        Query(
+            ge=0.5,
+            lt=1,
+            description="Coverage of the acceptance rate's interval (requests as the sampled units).",
+        ),
     ] = 0.95,
     min_requests: Annotated[
         int,
@@ -42,7 +46,7 @@ def get_waste(
             gt=0, lt=1, description="Flag deployments whose idle share of GPU cost exceeds this."
         ),
     ] = 0.3,
-    team: Annotated[str | None, Query(description="Only this team (admin keys).")] = None,
+    team: TeamQuery = None,
 ) -> WasteRead:
     """Where money is wasted, each finding with its estimated monthly cost and the action
     to take; a team key sees findings from its own traffic."""
