@@ -234,6 +234,15 @@ def breakeven_page(
                 f"Breakeven at {_num(at)} concurrent requests{interval} for "
                 f"{html.escape(str(fit.get('config')))}."
             )
+            if ci:
+                method = fit.get("interval_method") or "a residual bootstrap of the fitted model"
+                details.append(f"The interval is {html.escape(str(method))}.")
+            if fit.get("pinned_down") is False and fit.get("next_levels"):
+                levels = ",".join(str(level) for level in fit["next_levels"])
+                details.append(
+                    "The measured levels do not pin the crossing down: measure concurrency "
+                    f"<code>{html.escape(levels)}</code> next."
+                )
         schedule_json = json.dumps(
             {"num_speculative_tokens_per_batch_size": fit.get("schedule") or []}
         )

@@ -9,7 +9,12 @@ from typing import Any
 
 from app.breakeven.sweep_file import SweepRow
 from app.domain.breakeven.claims import usd
-from app.domain.breakeven.report import BreakevenFit, ConcurrencyComparison, ConfigBreakeven
+from app.domain.breakeven.report import (
+    TARGET_HALF_WIDTH,
+    BreakevenFit,
+    ConcurrencyComparison,
+    ConfigBreakeven,
+)
 from app.domain.breakeven.schedule_check import ScheduleCheck
 from app.domain.money import parse_micros
 
@@ -72,11 +77,15 @@ def _breakeven_lines(config: ConfigBreakeven, confidence: float, samples: int) -
             f"{config.speedup_at_high:.3f}x at {high:g})"
         ]
     line = f"  Breakeven: {config.breakeven_concurrency:.2f} concurrent requests"
-    if config.breakeven_ci is not None:
+    lines = []
+    if config.breakeven_ci is not None and config.bootstrap_ci is not None:
         lo, hi = config.breakeven_ci
-        line += (
-            f" ({100 * confidence:.0f}% CI {_num(lo)}-{_num(hi)}, {samples} bootstrap "
-            f"refits, {100 * config.bootstrap_crossing_share:.0f}% crossed)"
+        boot_lo, boot_hi = config.bootstrap_ci
+        line += f" ({100 * confidence:.0f}% CI {_num(lo)}-{_num(hi)})"
+        lines.append(
+            f"  Interval: the union of the fitted model's residual bootstrap ({samples} refits, "
+            f"{100 * config.bootstrap_crossing_share:.0f}% crossed: {_num(boot_lo)}-"
+            f"{_num(boot_hi)}) and {_local_text(config)}"
         )
     crossing = measured_crossing(config.comparisons)
     measured = (
@@ -84,7 +93,32 @@ def _breakeven_lines(config: ConfigBreakeven, confidence: float, samples: int) -
         if crossing is None
         else f"measured crossing (interpolated) {crossing:.2f}"
     )
-    return [line, f"  {measured}"]
+    lines.append(f"  {measured}")
+    if not config.pinned_down and config.next_levels:
+        levels = ",".join(str(level) for level in config.next_levels)
+        lines.append(
+            "  The measured levels do not pin the crossing down: measure concurrency "
+            f"{levels} next (`specledger breakeven sweep --concurrency {levels}`)"
+        )
+    if config.repeats_for_target is not None:
+        lines.append(
+            f"  Runs per level for an interval within {TARGET_HALF_WIDTH:.0%} of the "
+            f"estimate: {config.repeats_for_target}"
+        )
+    return [line, *lines]
+
+
+def _local_text(config: ConfigBreakeven) -> str:
+    local = config.local
+    if local is None:
+        return "no local interval (the measured speedup never falls through 1)"
+    used = ", ".join(f"{level:g}" for level in local.levels_used)
+    if local.interval is None:
+        return f"no bounded local interval from the levels {used} (Fieller: slope not significant)"
+    return (
+        f"the Fieller interval {_num(local.interval[0])}-{_num(local.interval[1])} of the "
+        f"measured crossing {local.estimate:.2f} (levels {used})"
+    )
 
 
 def _config_lines(fit: BreakevenFit, config: ConfigBreakeven) -> list[str]:

@@ -135,6 +135,14 @@ class StoredFit(_Stored):
     schedule: tuple[tuple[int, int, int], ...]
     """vLLM ``num_speculative_tokens_per_batch_size`` of the primary config."""
     inflection_concurrency: float | None = None
+    interval_method: str | None = None
+    """How ``breakeven_ci`` was computed (fits stored before it was said: the bootstrap)."""
+    pinned_down: bool | None = None
+    """Whether the measured levels around the crossing bound it."""
+    next_levels: tuple[int, ...] = ()
+    """Concurrency levels to measure next when it is not pinned down."""
+    repeats_for_target: int | None = None
+    """Runs per level for an interval within 10% of the estimate."""
     baseline_config: str | None = None
     step_model: StoredStepModel | None = None
     parameters: tuple[StoredParameter, ...] = ()

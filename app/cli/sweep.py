@@ -361,6 +361,14 @@ def _store(
         answer = f"breakeven at {primary.breakeven_concurrency:.2f}" + (
             f" (95% CI {ci[0]:.2f}-{ci[1]:.2f})" if ci else ""
         )
+        if not primary.pinned_down and primary.next_levels:
+            wanted = ",".join(str(level) for level in primary.next_levels)
+            answer += f"; not pinned down: measure --concurrency {wanted} next"
+        if primary.repeats_for_target is not None:
+            answer += (
+                f"; --repeats {primary.repeats_for_target} would bring the interval within "
+                "10% of the estimate"
+            )
     typer.echo(
         f"stored as sweep {sweep_id}; {primary.config}: {answer}; "
         f"`specledger breakeven fit {out}` prints the full report"

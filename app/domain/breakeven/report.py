@@ -20,6 +20,7 @@ from app.domain.breakeven.fit import (
     fitted_parameters,
     solve,
 )
+from app.domain.breakeven.local_crossing import LocalCrossing, local_crossing, next_levels
 from app.domain.breakeven.model import (
     AcceptanceNeed,
     FloatArray,
@@ -84,7 +85,20 @@ class ConfigBreakeven:
     breakeven_concurrency: float | None
     """Where the modelled speedup is 1, or None when it does not cross in the measured range."""
     breakeven_ci: tuple[float, float] | None
-    """Bootstrap percentile interval; an end may be 0.0 or inf when replicates leave the range."""
+    """The interval of :data:`INTERVAL_METHOD`; an end may be 0.0 or inf when bootstrap
+    replicates leave the range. None without a bootstrap or a crossing."""
+    bootstrap_ci: tuple[float, float] | None
+    """The residual-bootstrap part of ``breakeven_ci`` alone (the fitted model's noise)."""
+    local: LocalCrossing | None
+    """The crossing from the measured levels around it (None when they do not cross)."""
+    pinned_down: bool
+    """Whether the levels around the crossing bound it (a bounded local interval)."""
+    next_levels: tuple[int, ...]
+    """Concurrency levels to measure next when the crossing is not pinned down."""
+    repeats_for_target: int | None
+    """Runs per level that would bring the local interval to within
+    :data:`TARGET_HALF_WIDTH` of the estimate (its width shrinks as one over the square
+    root of the runs); None without a bounded local interval."""
     bootstrap_crossing_share: float
     """Share of bootstrap replicates with a crossing within the widened bootstrap range."""
     inflection_concurrency: float | None
@@ -127,6 +141,49 @@ class BreakevenFit:
     def schedule(self) -> tuple[ScheduleBand, ...]:
         """vLLM ``num_speculative_tokens_per_batch_size`` for the primary config."""
         return self.primary.schedule
+
+
+INTERVAL_METHOD = (
+    "the union of a residual-bootstrap percentile interval of the fitted model and a "
+    "Fieller interval of the crossing of a weighted line through the measured log speedups "
+    "at the levels around it (the model may be biased; the local line is not tied to it)"
+)
+
+
+TARGET_HALF_WIDTH = 0.10
+"""The interval width ``breakeven sweep`` plans repeats for: the estimate within 10%."""
+
+
+def repeats_for_target(local: LocalCrossing | None, repeats: int) -> int | None:
+    """Runs per level for a local interval of +-:data:`TARGET_HALF_WIDTH` around the
+    estimate, from the interval ``repeats`` runs gave."""
+    if local is None or local.interval is None:
+        return None
+    half = max(
+        math.log(local.estimate / local.interval[0]), math.log(local.interval[1] / local.estimate)
+    )
+    return max(1, math.ceil(repeats * (half / math.log1p(TARGET_HALF_WIDTH)) ** 2))
+
+
+def _runs_at(config: ConfigSweep, levels: Sequence[float]) -> int:
+    """The fewest rows a config has at any of ``levels``."""
+    return min(config.concurrency.count(level) for level in levels)
+
+
+def _row_noise(fit: LeastSquaresFit) -> tuple[float, int]:
+    """Standard deviation of one row's log throughput from the fit's residuals, and its
+    degrees of freedom."""
+    rows, params = len(fit.residuals), len(fit.theta)
+    df = max(rows - params, 1)
+    return float(math.sqrt(float(np.sum(fit.residuals**2)) / df)), df
+
+
+def _combined_interval(
+    bootstrap: tuple[float, float], local: LocalCrossing | None
+) -> tuple[float, float]:
+    if local is None or local.interval is None:
+        return bootstrap
+    return min(bootstrap[0], local.interval[0]), max(bootstrap[1], local.interval[1])
 
 
 def _crossing(
@@ -220,17 +277,31 @@ def _analyse_config(
     *,
     concurrency_range: tuple[float, float],
     crossings: FloatArray | None,
+    noise: tuple[float, int],
     confidence: float,
     max_k: int,
     max_batch_size: int,
 ) -> ConfigBreakeven:
     low, high = concurrency_range
     found = _crossing(step, spec, low=low, high=high)
-    interval, share = None, math.nan
+    local = local_crossing(baseline, config, sigma=noise[0], df=noise[1], confidence=confidence)
+    interval = bootstrap = None
+    share = math.nan
     if crossings is not None:
         share = float(np.mean(np.isfinite(crossings) & (crossings > 0.0)))
         if found is not None:
-            interval = _interval(crossings, confidence)
+            bootstrap = _interval(crossings, confidence)
+            interval = _combined_interval(bootstrap, local)
+    pinned = local is not None and local.interval is not None
+    runs = (
+        min(_runs_at(baseline, local.bracket), _runs_at(config, local.bracket))
+        if local is not None
+        else 1
+    )
+    suggested: tuple[int, ...] = ()
+    if found is not None and not pinned:
+        measured = sorted(set(baseline.levels) & set(config.levels))
+        suggested = next_levels(found, interval, measured)
     knee = inflection_concurrency(
         step, spec, low=low / INFLECTION_SEARCH_FACTOR, high=high * INFLECTION_SEARCH_FACTOR
     )
@@ -247,6 +318,11 @@ def _analyse_config(
         speedup_at_high=float(speedup(step, spec, concurrency=high)),
         breakeven_concurrency=found,
         breakeven_ci=interval,
+        bootstrap_ci=bootstrap,
+        local=local,
+        pinned_down=pinned,
+        next_levels=suggested,
+        repeats_for_target=repeats_for_target(local, runs),
         bootstrap_crossing_share=share,
         inflection_concurrency=knee,
         inflection_in_range=knee is not None and low <= knee <= high,
@@ -366,6 +442,7 @@ def fit_breakeven(
             spec,
             concurrency_range=ranges[column],
             crossings=None if crossings is None else crossings[:, column],
+            noise=_row_noise(fit),
             confidence=confidence,
             max_k=config.k if max_k is None else max_k,
             max_batch_size=max_batch_size,
@@ -417,6 +494,10 @@ def breakeven_fit_as_dict(fit: BreakevenFit) -> dict[str, object]:
         "concurrency_range": (primary.concurrency_low, primary.concurrency_high),
         "speedup_at_edges": (primary.speedup_at_low, primary.speedup_at_high),
         "inflection_concurrency": primary.inflection_concurrency,
+        "interval_method": INTERVAL_METHOD,
+        "pinned_down": primary.pinned_down,
+        "next_levels": primary.next_levels,
+        "repeats_for_target": primary.repeats_for_target,
     }
     summary.update(body)
     result = _jsonable(summary)
