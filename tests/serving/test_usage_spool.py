@@ -1,6 +1,7 @@
 """The usage sink's durable spool: records wait on disk while the database is locked by
 another process, are stored exactly once when it is back, and survive a SIGKILL of the
-process that spooled them (the next sink on the spool replays them)."""
+process that spooled them, `specledger proxy` itself included (the next proxy on the spool
+replays them)."""
 
 import os
 import signal
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from fastapi import FastAPI, Request, Response
 from sqlalchemy import func, select, text
 
 from app import migrate
@@ -24,7 +26,7 @@ from serving.proxy.sink import UsageSink
 from serving.proxy.spool import Spool, SpoolInUse
 from tests.factories import at, usage_record
 from tests.serving.fake_vllm import FakeVllm
-from tests.serving.proxy_helpers import serve
+from tests.serving.proxy_helpers import free_port, serve
 
 pytestmark = pytest.mark.xdist_group("usage-spool")
 
@@ -253,3 +255,94 @@ def test_requests_through_a_proxy_are_stored_once_after_the_database_was_locked(
 def _sink_state(client: httpx.Client) -> dict[str, int]:
     sink: dict[str, int] = client.get("/healthz").json()["usage_sink"]
     return sink
+
+
+def _fake_vllm_server(fake: FakeVllm) -> FastAPI:
+    """The fake vLLM as a real HTTP server, for a proxy running in its own process."""
+    app = FastAPI()
+
+    @app.api_route("/{path:path}", methods=["GET", "POST"])
+    async def relay(path: str, request: Request) -> Response:
+        upstream = await fake.handle(
+            httpx.Request(
+                request.method,
+                str(request.url),
+                headers=request.headers.raw,
+                content=await request.body(),
+            )
+        )
+        body = await upstream.aread()
+        media = upstream.headers.get("content-type", "application/json")
+        return Response(body, status_code=upstream.status_code, media_type=media)
+
+    return app
+
+
+def _start_proxy(
+    url: str, replica: str, spool: Path, port: int, tmp_path: Path
+) -> subprocess.Popen[bytes]:
+    env = {
+        **os.environ,
+        "SPECLEDGER_DATABASE_URL": url,
+        "SPECLEDGER_DATA_DIR": str(tmp_path / "data"),
+    }
+    proxy = subprocess.Popen(
+        [
+            str(Path(sys.executable).with_name("specledger")),  # the venv's console script
+            "proxy",
+            "--replica",
+            f"{replica},name=a,deployment=smol",
+            "--port",
+            str(port),
+            "--spool",
+            str(spool),
+            "--log-level",
+            "warning",
+        ],
+        env=env,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
+                return proxy
+        except httpx.TransportError:
+            pass
+        assert proxy.poll() is None, "the proxy exited"
+        assert time.monotonic() < deadline, "the proxy did not start"
+        time.sleep(0.2)
+
+
+def test_a_proxy_killed_with_sigkill_leaves_its_spool_to_the_next_proxy(
+    sqlite_url: str, tmp_path: Path, lock_database: Callable[[], Callable[[], None]]
+) -> None:
+    """`specledger proxy` in its own process, the database locked by a third: 40 requests
+    answered and spooled, the proxy killed with SIGKILL, the lock released, a new proxy on
+    the same spool stores all 40, once."""
+    spool, port = tmp_path / "spool", free_port()
+    with serve(_fake_vllm_server(FakeVllm())) as replica:
+        proxy = _start_proxy(sqlite_url, replica, spool, port, tmp_path)
+        try:
+            release = lock_database()
+            base = f"http://127.0.0.1:{port}"
+            with httpx.Client(base_url=base, timeout=30) as client:
+                for n in range(40):
+                    body = {"model": "fake-model", "prompt": f"p{n}", "max_tokens": 4}
+                    response = client.post("/v1/completions", json=body)
+                    assert response.status_code == 200
+                _wait_for(lambda: _sink_state(client)["spooled"] >= 40)
+            proxy.send_signal(signal.SIGKILL)
+            proxy.wait(30)
+        finally:
+            proxy.kill()
+        release()
+        assert _stored(sqlite_url)[0] == 0
+        again = _start_proxy(sqlite_url, replica, spool, port, tmp_path)
+        try:
+            with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
+                _wait_for(lambda: _sink_state(client)["replayed"] >= 40)
+        finally:
+            again.terminate()
+            again.wait(60)
+    assert _stored(sqlite_url) == (40, 40)
