@@ -1,15 +1,25 @@
 """The served pages: access by API key, team scope, parameters (no browser; see test_browser)."""
 
+import math
 from collections.abc import Iterator
 
 import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine
 
+from app.domain.breakeven.report import breakeven_fit_as_dict, fit_breakeven
+from app.domain.breakeven.sweep import SweepPoint
 from dashboards.pages import PAGES
 from dashboards.router import KEY_COOKIE
 from tests.dashboards.conftest import Keys, dashboards_app
-from tests.dashboards.seed import TEAMS, Seeded
+from tests.dashboards.seed import (
+    SWEEP_BASELINE,
+    SWEEP_LEVELS,
+    SWEEP_NGRAM,
+    TEAMS,
+    Seeded,
+    add_sweep,
+)
 
 
 @pytest.fixture
@@ -122,3 +132,30 @@ def test_tiers_page_flags_the_briefs_figures_with_the_reason(
     assert "<td class=flag>above</td>" in body
     assert "1 running 617 h a month (85% of 730 h)" in body
     assert "8 running 216 h a month (30% of 730 h)" in body
+
+
+def test_the_breakeven_page_says_how_its_interval_was_computed(
+    client: TestClient, keys: Keys, engine: Engine
+) -> None:
+    points = [
+        SweepPoint(
+            config=config,
+            method=method,
+            k=k,
+            concurrency=level,
+            output_tokens_per_s=rate,
+            mean_acceptance_length=2.4 if k else math.nan,
+        )
+        for config, method, k, rates in (
+            ("none", "none", 0, SWEEP_BASELINE),
+            ("ngram-k4", "ngram", 4, SWEEP_NGRAM),
+        )
+        for level, rate in zip(SWEEP_LEVELS, rates, strict=True)
+    ]
+    fit = breakeven_fit_as_dict(fit_breakeven(points, bootstrap_samples=30, seed=0))
+    sweep_id = add_sweep(engine, fit=fit)
+    body = client.get(f"/dashboards/breakeven?sweep={sweep_id}", headers=_bearer(keys.admin)).text
+    assert "95% interval" in body
+    assert "The interval is the union of a residual-bootstrap percentile interval" in body
+    if fit["pinned_down"] is False:
+        assert "measure concurrency" in body
