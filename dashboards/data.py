@@ -18,12 +18,11 @@ from sqlalchemy.sql.elements import ColumnElement
 from app.db import read_session
 from app.domain.ledger import CostLabel, EntryKind
 from app.domain.periods import Month
-from app.kit.epoch import to_ns
 from app.ledger.reconcile import reconcile
 from app.ledger.repository import allocated_months, current_run_id
 from app.models import LedgerRollup, UsageRecord
+from dashboards.session_seconds import hourly_query, longest_span_query
 
-HOUR_NS = 3_600 * 10**9
 """Bootstrap replicates when a sweep has no stored fit and the dashboard fits it (a few s)."""
 
 
@@ -193,51 +192,34 @@ def merged_intervals(
     return merged[["key", "start", "end"]]
 
 
-def _seconds_per_hour(merged: pd.DataFrame) -> pd.DataFrame:
-    """Split covered stretches at hour boundaries: seconds covered per (key, hour)."""
-    if merged.empty:
-        return pd.DataFrame({"key": [], "hour_ns": [], "seconds": []})
-    start = merged["start"].to_numpy(np.int64)
-    end = merged["end"].to_numpy(np.int64)
-    first, last = start // HOUR_NS, (end - 1) // HOUR_NS
-    count = (last - first + 1).astype(np.int64)
-    index = np.repeat(np.arange(len(merged)), count)
-    offset = np.arange(int(count.sum())) - np.repeat(np.cumsum(count) - count, count)
-    hour = first[index] + offset
-    piece = np.minimum(end[index], (hour + 1) * HOUR_NS) - np.maximum(start[index], hour * HOUR_NS)
-    return pd.DataFrame(
-        {"key": merged["key"].to_numpy()[index], "hour_ns": hour * HOUR_NS, "seconds": piece / 1e9}
-    )
-
-
 def session_seconds_by_hour(engine: Engine, *, month: str, team: str | None = None) -> pd.DataFrame:
     """Session-seconds per hour and team: the union of each session's request intervals.
 
     Requests are those that arrived in the month (as in the unit-cost report); a session's
-    covered time is cut at hour boundaries, so hours add up to days and months exactly.
+    covered time is cut at hour boundaries, so hours add up to days and months exactly. The
+    database does the union and the cut (:mod:`dashboards.session_seconds`): a row per
+    hour and team comes back, not one per request.
     """
     parsed = Month.parse(month)
-    start, end = parsed.start, parsed.end
-    query = select(
-        UsageRecord.team, UsageRecord.session_id, UsageRecord.arrived_at, UsageRecord.finished_at
-    ).where(UsageRecord.arrived_at >= start, UsageRecord.arrived_at < end)
-    if team is not None:
-        query = query.where(UsageRecord.team == team)
     with read_session(engine) as session:
-        rows = session.execute(query).all()
+        span = session.scalar(longest_span_query(parsed.start, parsed.end, team)) or 0
+        rows = session.execute(hourly_query(parsed.start, parsed.end, team, int(span))).all()
     if not rows:
         return pd.DataFrame(columns=["period_start", "team", "session_seconds"])
-    labels = [_team_label(EntryKind.request, r[0]) for r in rows]
-    keys = [(label, r[1]) for label, r in zip(labels, rows, strict=True)]
-    merged = merged_intervals(keys, to_ns([r[2] for r in rows]), to_ns([r[3] for r in rows]))
-    pieces = _seconds_per_hour(merged)
-    pieces["team"] = [key[0] for key in pieces["key"]]
-    pieces["period_start"] = pd.to_datetime(pieces["hour_ns"].astype(np.int64), unit="ns", utc=True)
+    frame = pd.DataFrame(
+        {
+            "period_start": pd.to_datetime(
+                pd.Series([int(r[0]) for r in rows], dtype="int64"), unit="us", utc=True
+            ),
+            "team": [_team_label(EntryKind.request, r[1]) for r in rows],
+            "session_seconds": [int(r[2]) / 1e6 for r in rows],
+        }
+    )
     return (
-        pieces.groupby(["period_start", "team"])["seconds"]
+        frame.groupby(["period_start", "team"])["session_seconds"]
         .sum()
-        .rename("session_seconds")
         .reset_index()
+        .sort_values(["period_start", "team"], ignore_index=True)
     )
 
 
