@@ -217,6 +217,9 @@ class PlanEngine:
         con = duckdb.connect(config=dict(self.duckdb_options if options is None else options))
         # DuckDB draws a progress bar on stdout for long queries: not in a CLI's --json.
         con.execute("SET enable_progress_bar = false")
+        # Entries carry their own order keys (readers sort): no need to keep scan order,
+        # which lets DuckDB write and spill in parallel.
+        con.execute("SET preserve_insertion_order = false")
         for name, table in tables.items():
             con.register(_view(name), table)
         return con
