@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from sqlalchemy import Engine, func, select
+from sqlalchemy import ColumnElement, Engine, case, func, select
 
 from app.breakeven import service, tiers
 from app.breakeven.schemas import StoredFit
@@ -27,10 +27,9 @@ from app.domain.breakeven.sweep import SweepPoint
 from app.domain.breakeven.tier_costs import SpeculationMode, cost_curve
 from app.domain.errors import Invalid
 from app.domain.periods import Month
-from app.kit.epoch import to_ns
 from app.ledger.repository import current_run_id
 from app.models import Deployment, LedgerEntry, UsageRecord
-from dashboards.data import merged_intervals
+from dashboards.session_seconds import arrived_in, islands, request_span
 
 BOOTSTRAP_SAMPLES = 200
 
@@ -267,48 +266,53 @@ def _measured_tiers(engine: Engine, month: str, team: str | None) -> pd.DataFram
             .group_by(LedgerEntry.event_id)
             .subquery()
         )
-        query = (
+        bucket = concurrency_bucket(UsageRecord.concurrency).label("bucket")
+        scope: list[ColumnElement[bool]] = [Deployment.tier.is_not(None)]
+        if team is not None:
+            scope.append(UsageRecord.team == team)
+        spans = (
             select(
-                Deployment.tier,
-                UsageRecord.session_id,
-                UsageRecord.concurrency,
-                UsageRecord.arrived_at,
-                UsageRecord.finished_at,
-                cost.c.micros,
+                Deployment.tier.label("tier"),
+                bucket,
+                UsageRecord.session_id.label("session"),
+                *request_span(),
             )
             .join(Deployment, Deployment.name == UsageRecord.deployment)
-            .outerjoin(cost, cost.c.event_id == UsageRecord.event_id)
-            .where(
-                Deployment.tier.is_not(None),
-                UsageRecord.arrived_at >= start,
-                UsageRecord.arrived_at < end,
-            )
+            .where(*scope, *arrived_in(start, end))
+            .subquery("spans")
         )
-        if team is not None:
-            query = query.where(UsageRecord.team == team)
-        rows = session.execute(query).all()
-    if not rows:
-        return pd.DataFrame(columns=columns)
-    # Concurrency in powers of two, so that each point rests on enough requests.
-    level = [2 ** math.ceil(math.log2(max(int(r[2] or 1), 1))) for r in rows]
-    keys = [(r[0], lv, r[1]) for r, lv in zip(rows, level, strict=True)]
-    merged = merged_intervals(keys, to_ns([r[3] for r in rows]), to_ns([r[4] for r in rows]))
-    merged["seconds"] = (merged["end"] - merged["start"]) / 1e9
-    merged["tier"] = [k[0] for k in merged["key"]]
-    merged["concurrency"] = [k[1] for k in merged["key"]]
-    seconds = merged.groupby(["tier", "concurrency"])["seconds"].sum()
-    spent = pd.DataFrame(
-        {
-            "tier": [r[0] for r in rows],
-            "concurrency": level,
-            "micros": [int(r[5] or 0) for r in rows],
+        covered = islands(spans, ["tier", "bucket", "session"]).subquery("covered")
+        seconds = {
+            (tier, int(level)): int(us) / 1e6
+            for tier, level, us in session.execute(
+                select(
+                    covered.c.tier, covered.c.bucket, func.sum(covered.c.e - covered.c.s)
+                ).group_by(covered.c.tier, covered.c.bucket)
+            )
         }
-    )
-    micros = spent.groupby(["tier", "concurrency"])["micros"].sum()
-    joined = pd.concat([micros, seconds], axis=1).reset_index()
-    joined = joined[joined["seconds"] > 0]
-    joined["usd_per_1k_session_seconds"] = joined["micros"] / 1e6 * 1000 / joined["seconds"]
-    return joined.rename(columns={"seconds": "session_seconds"})[columns]
+        spent = {
+            (tier, int(level)): int(micros or 0)
+            for tier, level, micros in session.execute(
+                select(Deployment.tier, bucket, func.sum(cost.c.micros))
+                .join(Deployment, Deployment.name == UsageRecord.deployment)
+                .outerjoin(cost, cost.c.event_id == UsageRecord.event_id)
+                .where(*scope, UsageRecord.arrived_at >= start, UsageRecord.arrived_at < end)
+                .group_by(Deployment.tier, bucket)
+            )
+        }
+    rows = [
+        (tier, level, spent.get((tier, level), 0) / 1e6 * 1000 / covered_s, covered_s)
+        for (tier, level), covered_s in sorted(seconds.items())
+        if covered_s > 0
+    ]
+    return pd.DataFrame(rows, columns=columns)
+
+
+def concurrency_bucket(concurrency: Any) -> Any:
+    """Concurrency rounded up to a power of two (1, 2, 4, ...), so that each point of the
+    tiers page rests on enough requests; in SQL."""
+    value = func.coalesce(concurrency, 1)
+    return case(*((value <= 2**i, 2**i) for i in range(21)), else_=value)
 
 
 def tier_frames(

@@ -6,11 +6,9 @@ cost belong to no team, so a team's frames have none. Times are aware UTC; money
 micros. The frames' columns are the ones :mod:`dashboards.figures` documents.
 """
 
-from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-import numpy as np
 import pandas as pd
 from sqlalchemy import DateTime, Engine, String, func, select
 from sqlalchemy.sql.elements import ColumnElement
@@ -169,27 +167,6 @@ def usage_by_hour(engine: Engine, *, month: str, team: str | None = None) -> pd.
     )
     frame["period_start"] = _utc(frame["period_start"])
     return frame
-
-
-def merged_intervals(
-    keys: Sequence[object], start_ns: np.ndarray, end_ns: np.ndarray
-) -> pd.DataFrame:
-    """Union of the intervals of each key: one row per disjoint covered stretch."""
-    codes, uniques = pd.factorize(pd.Series(list(keys), dtype=object))
-    frame = pd.DataFrame({"code": codes, "start": start_ns, "end": end_ns})
-    frame = frame[frame["end"] > frame["start"]].sort_values(["code", "start"])
-    if frame.empty:
-        return pd.DataFrame({"key": [], "start": [], "end": []})
-    reach = frame.groupby("code")["end"].cummax()
-    previous_reach = reach.groupby(frame["code"]).shift(1)
-    block = (previous_reach.isna() | (frame["start"] > previous_reach)).cumsum()
-    merged = (
-        frame.groupby(block)
-        .agg(code=("code", "first"), start=("start", "min"), end=("end", "max"))
-        .reset_index(drop=True)
-    )
-    merged["key"] = list(np.asarray(uniques, dtype=object)[merged["code"].to_numpy()])
-    return merged[["key", "start", "end"]]
 
 
 def session_seconds_by_hour(engine: Engine, *, month: str, team: str | None = None) -> pd.DataFrame:

@@ -9,10 +9,11 @@ the few hour offsets they span, and the pieces are summed per hour and team. The
 runs on SQLite (3.25+) and PostgreSQL.
 """
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, Select, case, func, literal, or_, select, union_all
+from sqlalchemy import ColumnElement, Select, Subquery, case, func, literal, or_, select, union_all
 
 from app.db import epoch_us
 from app.models import UsageRecord
@@ -28,46 +29,63 @@ def _greatest(a: ColumnElement[Any], b: ColumnElement[Any]) -> ColumnElement[Any
     return case((a > b, a), else_=b)
 
 
-def islands_query(start: datetime, end: datetime, team: str | None) -> Select[tuple[Any, ...]]:
-    """Each session's covered stretches (team, session, start_us, end_us) for the requests
-    arriving in ``[start, end)``."""
-    arrived, finished = epoch_us(UsageRecord.arrived_at), epoch_us(UsageRecord.finished_at)
-    requests = select(
-        UsageRecord.team.label("team"),
-        UsageRecord.session_id.label("session"),
-        arrived.label("s"),
-        finished.label("e"),
-    ).where(
-        UsageRecord.arrived_at >= start,
-        UsageRecord.arrived_at < end,
-        UsageRecord.finished_at > UsageRecord.arrived_at,
-    )
-    if team is not None:
-        requests = requests.where(UsageRecord.team == team)
-    r = requests.subquery("r")
-    in_session = {"partition_by": [r.c.team, r.c.session], "order_by": [r.c.s, r.c.e]}
-    reach = func.max(r.c.e).over(**in_session, rows=(None, -1))  # type: ignore[arg-type]
+def islands(requests: Subquery, keys: Sequence[str]) -> Select[tuple[Any, ...]]:
+    """The union of the intervals ``[s, e)`` of ``requests`` (a subquery with the columns
+    ``keys``, ``s`` and ``e``, in microseconds) per value of ``keys``: one row per covered
+    stretch, with the keys, ``s`` and ``e``."""
+    r = requests
+    key_columns = [r.c[k] for k in keys]
+    reach = func.max(r.c.e).over(partition_by=key_columns, order_by=[r.c.s, r.c.e], rows=(None, -1))
     reached = select(r, reach.label("reach")).subquery("reached")
     opens = case((or_(reached.c.reach.is_(None), reached.c.s > reached.c.reach), 1), else_=0)
     numbered = select(
-        reached.c.team,
-        reached.c.session,
+        *(reached.c[k] for k in keys),
         reached.c.s,
         reached.c.e,
         func.sum(opens)
         .over(
-            partition_by=[reached.c.team, reached.c.session],
+            partition_by=[reached.c[k] for k in keys],
             order_by=[reached.c.s, reached.c.e],
             rows=(None, 0),
         )
         .label("island"),
     ).subquery("numbered")
+    grouping = [*(numbered.c[k] for k in keys), numbered.c.island]
     return select(
-        numbered.c.team,
-        numbered.c.session,
+        *(numbered.c[k] for k in keys),
         func.min(numbered.c.s).label("s"),
         func.max(numbered.c.e).label("e"),
-    ).group_by(numbered.c.team, numbered.c.session, numbered.c.island)
+    ).group_by(*grouping)
+
+
+def islands_query(start: datetime, end: datetime, team: str | None) -> Select[tuple[Any, ...]]:
+    """Each session's covered stretches (team, session, s, e in microseconds) for the
+    requests arriving in ``[start, end)``."""
+    requests = select(
+        UsageRecord.team.label("team"),
+        UsageRecord.session_id.label("session"),
+        *request_span(),
+    ).where(*arrived_in(start, end))
+    if team is not None:
+        requests = requests.where(UsageRecord.team == team)
+    return islands(requests.subquery("r"), ["team", "session"])
+
+
+def request_span() -> tuple[ColumnElement[Any], ColumnElement[Any]]:
+    """A request's ``s`` and ``e``: arrival and finish in microseconds."""
+    return (
+        epoch_us(UsageRecord.arrived_at).label("s"),
+        epoch_us(UsageRecord.finished_at).label("e"),
+    )
+
+
+def arrived_in(start: datetime, end: datetime) -> list[ColumnElement[bool]]:
+    """Requests arriving in ``[start, end)`` that took some time."""
+    return [
+        UsageRecord.arrived_at >= start,
+        UsageRecord.arrived_at < end,
+        UsageRecord.finished_at > UsageRecord.arrived_at,
+    ]
 
 
 def hourly_query(
