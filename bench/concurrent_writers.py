@@ -14,15 +14,12 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import httpx
-import uvicorn
 from sqlalchemy import func, select
 
 from app import migrate
@@ -32,7 +29,7 @@ from app.domain.usage import UsageEvent
 from app.main import create_app
 from app.models import UsageRecord
 from app.settings import Settings
-from bench.common import fresh_postgres
+from bench.common import fresh_postgres, serve
 from serving.proxy.sink import UsageSink
 
 BATCH = 20
@@ -99,33 +96,6 @@ def _event(event_id: str, writer: int, i: int) -> UsageEvent:
     )
 
 
-@contextmanager
-def served(db_url: str) -> Iterator[str]:
-    """`specledger serve`'s app on a free port (uvicorn in a thread); yields its URL."""
-    server = uvicorn.Server(
-        uvicorn.Config(
-            create_app(Settings(env="test", database_url=db_url)),
-            host="127.0.0.1",
-            port=0,
-            log_level="warning",
-            lifespan="on",
-        )
-    )
-    thread = threading.Thread(target=server.run, name="api", daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            raise RuntimeError("the API did not start")
-        time.sleep(0.02)
-    port = server.servers[0].sockets[0].getsockname()[1]
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(60)
-
-
 def run_writers(
     db_url: str, *, writers: int = 32, proxies: int = 2, events: int = 200
 ) -> WritersRun:
@@ -145,7 +115,7 @@ def run_writers(
         stored_rows=0,
     )
     lock = threading.Lock()
-    with served(db_url) as base:
+    with serve(create_app(Settings(env="test", database_url=db_url))) as base:
         start = threading.Barrier(writers)
 
         def api_client(events: list[UsageEvent]) -> None:

@@ -2,6 +2,7 @@
 
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 import pyarrow as pa
 from sqlalchemy.orm import Session
@@ -38,16 +39,20 @@ class Computed:
     """Billing rows in the window."""
 
 
+def _input_scope(window: Window, tag_key: str) -> dict[str, Any]:
+    """Which billing rows and registry a window's plan reads."""
+    return {
+        "start": window.start,
+        "end": window.end,
+        "by_billing_period": window.month is not None,
+        "booked_month": window.booked_month,
+        "tag_key": tag_key,
+    }
+
+
 def small_inputs(session: Session, window: Window, tag_key: str) -> dict[str, pa.Table]:
     """The window's billing rows and the registry: the plan's inputs but the usage."""
-    return repository.plan_inputs_without_usage(
-        session,
-        start=window.start,
-        end=window.end,
-        by_billing_period=window.month is not None,
-        booked_month=window.booked_month,
-        tag_key=tag_key,
-    )
+    return repository.plan_inputs_without_usage(session, **_input_scope(window, tag_key))
 
 
 def compute_window(
@@ -59,13 +64,6 @@ def compute_window(
     engine: PlanEngine | None = None,
 ) -> Computed:
     """Allocate a window (nothing written)."""
-    inputs = repository.plan_inputs(
-        session,
-        start=window.start,
-        end=window.end,
-        by_billing_period=window.month is not None,
-        booked_month=window.booked_month,
-        tag_key=tag_key,
-    )
+    inputs = repository.plan_inputs(session, **_input_scope(window, tag_key))
     result = (engine or PlanEngine()).allocate(inputs, share_idle=share_idle)
     return Computed(result, inputs["rows"].num_rows)

@@ -53,7 +53,7 @@ def test_noisy_measurements_give_a_bounded_interval_around_the_truth_that_runs_n
         return math.log(interval[1] / interval[0])
 
     assert width(many.local.interval) < width(few.local.interval)
-    # the runs the narrower sweep would need are fewer than scaling the wider one says
+    # both say how many runs per level a +-10% interval needs
     assert few.repeats_for_target is not None
     assert many.repeats_for_target is not None
     assert few.repeats_for_target >= 2

@@ -2,18 +2,15 @@
 
 import itertools
 import socket
-import threading
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
 
-import uvicorn
-from fastapi import FastAPI
 from sqlalchemy import Engine, func, select
 
 from app.models import ReplicaIdle, UsageRecord
+from bench.common import serve
+
+__all__ = ["assert_gpu_time_conserved", "free_port", "serve", "usage_rows"]
 
 ONE_US = timedelta(microseconds=1)
 
@@ -23,28 +20,6 @@ def free_port() -> int:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
         return port
-
-
-@contextmanager
-def serve(app: FastAPI) -> Iterator[str]:
-    """Serve ``app`` (lifespan included) until the block ends; yields its base URL."""
-    port = free_port()
-    server = uvicorn.Server(
-        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
-    )
-    thread = threading.Thread(target=server.run, name="proxy", daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            raise RuntimeError("the proxy did not start")
-        time.sleep(0.02)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(60)
-        assert not thread.is_alive(), "the proxy did not shut down"
 
 
 def usage_rows(engine: Engine) -> list[dict[str, Any]]:
