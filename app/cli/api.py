@@ -1,7 +1,7 @@
 """CLI commands for the HTTP API: API keys and ``serve`` (mounted by app.cli)."""
 
 import json
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from sqlalchemy.orm import Session
@@ -9,9 +9,15 @@ from sqlalchemy.orm import Session
 from app.auth import service as keys
 from app.cli._support import open_engine, out, user_errors
 from app.db import read_session
+from app.domain.attribution import parse_tags
+from app.models import ApiKey
 from app.settings import get_settings
 
-keys_app = typer.Typer(help="Create, list and revoke API keys.", no_args_is_help=True)
+keys_app = typer.Typer(
+    help="Create, list and revoke API keys (read the REST API) and proxy keys (decide who "
+    "pays for requests through the metering proxy).",
+    no_args_is_help=True,
+)
 
 
 @keys_app.command("create")
@@ -27,31 +33,104 @@ def keys_create(
         ),
     ] = False,
     name: Annotated[str | None, typer.Option(help="A label for listings.")] = None,
+    proxy: Annotated[
+        bool,
+        typer.Option(
+            "--proxy",
+            help="A proxy key: presented to the metering proxy, which bills every request "
+            "with it to --team (and --cost-center). It cannot read the API.",
+        ),
+    ] = False,
+    cost_center: Annotated[
+        str | None, typer.Option(help="Proxy keys: the cost center their requests are billed to.")
+    ] = None,
+    tags: Annotated[
+        str | None,
+        typer.Option(
+            help="Proxy keys: tags k=v,k2=v2 set on every request (a header cannot change them)."
+        ),
+    ] = None,
+    deployments: Annotated[
+        str | None,
+        typer.Option(
+            help="Proxy keys: the deployments (comma-separated) the key may use; default: all."
+        ),
+    ] = None,
+    gateway: Annotated[
+        bool,
+        typer.Option(
+            "--gateway",
+            help="Proxy keys: a trusted gateway (e.g. an internal LLM gateway), which may pass "
+            "its end user's team and cost center on in X-Team / X-Cost-Center; records say so.",
+        ),
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
-    """Create an API key and print it. It is shown this once: only its hash is stored."""
+    """Create an API key (or, with --proxy, a proxy key) and print it. It is shown this once:
+    only its hash is stored."""
+    proxy_only = {"--cost-center": cost_center, "--tags": tags, "--deployments": deployments,
+                  "--gateway": gateway or None}  # fmt: skip
+    given = [option for option, value in proxy_only.items() if value is not None]
+    if given and not proxy:
+        raise typer.BadParameter(f"{given[0]} is for proxy keys: add --proxy")
+    options = None
+    if proxy:
+        try:
+            tag_map = parse_tags(tags)
+        except ValueError as exc:
+            raise typer.BadParameter(f"--tags: {exc}") from None
+        names = tuple(d.strip() for d in (deployments or "").split(",") if d.strip())
+        options = keys.ProxyKeyOptions(
+            cost_center=cost_center, tags=tag_map or None, deployments=names or None,
+            gateway=gateway,
+        )  # fmt: skip
     with (
         user_errors(),
         open_engine(get_settings()) as engine,
         Session(engine) as session,
         session.begin(),
     ):
-        created = keys.create_key(session, team=team, admin=admin, name=name)
-        record = created.record
-        summary = {
-            "id": record.id,
-            "prefix": record.prefix,
-            "name": record.name,
-            "team": record.team,
-            "admin": record.is_admin,
-            "key": created.secret,
-        }
+        created = keys.create_key(session, team=team, admin=admin, name=name, proxy=options)
+        summary = _summary(created.record) | {"key": created.secret}
     if as_json:
         typer.echo(json.dumps(summary, indent=2))
         return
-    scope = "admin" if summary["admin"] else f"team {summary['team']}"
-    typer.echo(f"created key {summary['id']} ({scope}); store it now, it is not shown again:")
+    typer.echo(
+        f"created key {summary['id']} ({_scope(summary)}); store it now, it is not shown again:"
+    )
     typer.echo(created.secret)
+
+
+def _summary(key: ApiKey) -> dict[str, Any]:
+    row: dict[str, Any] = {
+        "id": key.id,
+        "prefix": key.prefix,
+        "name": key.name,
+        "purpose": key.purpose,
+        "team": key.team,
+        "admin": key.is_admin,
+        "created_at": f"{key.created_at:%Y-%m-%dT%H:%M:%SZ}",
+        "revoked_at": f"{key.revoked_at:%Y-%m-%dT%H:%M:%SZ}" if key.revoked_at else None,
+    }
+    if key.purpose == "proxy":
+        row |= {
+            "cost_center": key.cost_center,
+            "tags": key.tags or {},
+            "deployments": key.deployments,
+            "gateway": key.is_gateway,
+        }
+    return row
+
+
+def _scope(row: dict[str, Any]) -> str:
+    if row["admin"]:
+        return "admin"
+    if row["purpose"] != "proxy":
+        return f"team={row['team']}"
+    extra = [f"cost_center={row['cost_center']}"] if row["cost_center"] else []
+    extra += [f"deployments={','.join(row['deployments'])}"] if row["deployments"] else []
+    extra += ["gateway"] if row["gateway"] else []
+    return " ".join([f"proxy team={row['team']}", *extra])
 
 
 @keys_app.command("list")
@@ -61,23 +140,12 @@ def keys_list(
 ) -> None:
     """List API keys by id and prefix (the keys themselves are not stored)."""
     with open_engine(get_settings()) as engine, read_session(engine) as session:
-        rows = [
-            {
-                "id": k.id,
-                "prefix": k.prefix,
-                "name": k.name,
-                "team": k.team,
-                "admin": k.is_admin,
-                "created_at": f"{k.created_at:%Y-%m-%dT%H:%M:%SZ}",
-                "revoked_at": f"{k.revoked_at:%Y-%m-%dT%H:%M:%SZ}" if k.revoked_at else None,
-            }
-            for k in keys.list_keys(session, include_revoked=all_keys)
-        ]
+        rows = [_summary(k) for k in keys.list_keys(session, include_revoked=all_keys)]
     if as_json:
         typer.echo(json.dumps(rows, indent=2))
         return
     for row in rows:
-        scope = "admin" if row["admin"] else f"team={row['team']}"
+        scope = _scope(row)
         revoked = f"  revoked {row['revoked_at']}" if row["revoked_at"] else ""
         typer.echo(
             f"{row['id']:>4}  {row['prefix']}...  {scope:<24} {row['name']}  "
@@ -89,7 +157,8 @@ def keys_list(
 def keys_revoke(
     key: Annotated[str, typer.Argument(help="The key's id or prefix (see `keys list`).")],
 ) -> None:
-    """Revoke an API key: requests with it are refused from now on."""
+    """Revoke an API key or proxy key: requests with it are refused from now on (a running
+    proxy notices within half a second)."""
     with (
         user_errors(),
         open_engine(get_settings()) as engine,

@@ -27,7 +27,7 @@ from sqlalchemy.orm import Session
 from app.allocation.engine import PlanEngine
 from app.allocation.service import run_allocation
 from app.allocation.windowing import Window
-from app.auth.service import create_key
+from app.auth.service import ProxyKeyOptions, create_key
 from app.catalog import instance_prices
 from app.cli._support import err, open_engine, user_errors
 from app.db import read_session, unit_of_work
@@ -103,7 +103,8 @@ def run_demo(
     try:
         with _proxy(config, data_dir, settings) as proxy_url:
             step(f"running a workload for teams {', '.join(TEAMS)} through the proxy")
-            result.requests = asyncio.run(_workload(proxy_url, requests_per_team))
+            keys = _team_keys(engine)
+            result.requests = asyncio.run(_workload(proxy_url, keys, requests_per_team))
     finally:
         launcher.stop(handle)
     finished = datetime.now(UTC)
@@ -181,13 +182,25 @@ def _proxy(config: EngineConfig, data_dir: Path, settings: Settings) -> Iterator
         log.close()
 
 
-async def _workload(url: str, requests_per_team: int) -> int:
-    """Each team runs a few sessions of sequential requests, the teams concurrently."""
+def _team_keys(engine: Engine) -> dict[str, str]:
+    """A proxy key per demo team (new ones each run: a key is shown only once)."""
+    with Session(engine) as session, session.begin():
+        return {
+            team: create_key(
+                session, team=team, admin=False, name=f"demo {team}", proxy=ProxyKeyOptions()
+            ).secret
+            for team in TEAMS
+        }
+
+
+async def _workload(url: str, keys: dict[str, str], requests_per_team: int) -> int:
+    """Each team runs a few sessions of sequential requests, the teams concurrently, each
+    with its team's proxy key (the key, not a header, decides who pays)."""
     rng = random.Random(7)
 
     async def session(client: httpx.AsyncClient, team: str, number: int) -> int:
         headers = {
-            "X-Team": team,
+            "Authorization": f"Bearer {keys[team]}",
             "X-Session-Id": f"{team}-session-{number}",
             "X-Tags": f"app={'chat' if number % 2 else 'rag'},env=demo",
         }

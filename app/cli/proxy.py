@@ -125,14 +125,28 @@ def proxy(
             help="Folder of engine configs (for --engine); default: SPECLEDGER_DATA_DIR/engines."
         ),
     ] = None,
+    allow_anonymous: Annotated[
+        bool,
+        typer.Option(
+            "--allow-anonymous",
+            help="Also serve requests that present no proxy key, billed to team "
+            "'(unattributed)' (for a demo on one machine). A key that is presented is still "
+            "checked, and an anonymous request may not name a team.",
+        ),
+    ] = False,
     log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "info",
 ) -> None:
     """Serve an OpenAI-compatible API that forwards to vLLM and meters every request.
 
     Usage records (tokens, drafted and accepted tokens, timings, GPU-seconds) go to the
     database (SPECLEDGER_DATABASE_URL) and, with --jsonl, to a file that
-    `specledger ingest usage` loads. Attribution comes from the X-Session-Id, X-Team,
-    X-Cost-Center and X-Tags (k=v,...) request headers.
+    `specledger ingest usage` loads.
+
+    Every request presents a proxy key (`Authorization: Bearer slk_...`, made with
+    `specledger keys create --proxy --team T`): the key decides the team and cost center.
+    X-Session-Id and X-Tags (k=v,...) add detail; X-Team and X-Cost-Center may only repeat
+    the key's, except through a key made with --gateway. Keys are checked in memory and
+    reloaded from the database within half a second of a change.
     """
     import uvicorn
 
@@ -169,6 +183,7 @@ def proxy(
             read_timeout_s=read_timeout,
             idle_window_s=idle_window,
             speculate_up_to=speculate_up_to,
+            allow_anonymous=allow_anonymous,
         )
     except ValidationError as exc:
         raise typer.BadParameter(str(exc.errors()[0]["msg"])) from None

@@ -2,6 +2,7 @@
 
 from app.models.api_key import ApiKey
 from app.models.billing import BillingDelivery, BillingRow
+from app.models.budget import Budget
 from app.models.deployment import Deployment, Replica
 from app.models.ledger import (
     AllocationRun,
@@ -18,6 +19,7 @@ __all__ = [
     "ApiKey",
     "BillingDelivery",
     "BillingRow",
+    "Budget",
     "Deployment",
     "LedgerClosure",
     "LedgerEntry",

@@ -1,7 +1,8 @@
 """The metering proxy: an OpenAI-compatible front for one or more vLLM replicas.
 
 Every completion passes through unchanged (streams chunk by chunk as they arrive) and leaves
-a usage record: who asked (``X-Session-Id``, ``X-Team``, ``X-Cost-Center``, ``X-Tags``),
+a usage record: who asked (the proxy key decides the team and cost center, see
+:mod:`serving.proxy.attribution`; ``X-Session-Id`` and ``X-Tags`` add detail),
 tokens, drafted and accepted tokens, timings, and the request's share of its replica's GPU
 time from a :class:`~app.domain.gpu_seconds.ReplicaMeter`. Streams are asked for usage on
 every chunk (``stream_options.include_usage`` and ``continuous_usage_stats``); what the client
@@ -35,9 +36,11 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from app.db import make_engine
 from app.domain.gpu_seconds import ReplicaMeter
 from app.kit.dataset_store import DatasetStore
+from serving.proxy.attribution import AttributionRefused
 from serving.proxy.config import ProxyConfig, ReplicaSpec
+from serving.proxy.keyring import KeyRing
 from serving.proxy.metrics import ProxyMetrics
-from serving.proxy.relay import error_body, forward, forward_headers
+from serving.proxy.relay import attribution_of, error_body, forward, forward_headers
 from serving.proxy.sink import UsageSink
 from serving.proxy.state import Clock, ProxyState, ReplicaState
 from serving.proxy.wire import (
@@ -87,6 +90,13 @@ def create_proxy_app(
         limits = httpx.Limits(
             max_connections=config.max_connections, max_keepalive_connections=config.max_connections
         )
+        keyring = None
+        if engine is not None:
+            keyring = KeyRing(engine)
+            try:
+                await anyio.to_thread.run_sync(keyring.refresh)
+            except Exception:  # the refresher keeps trying; until then keys are refused
+                log.exception("loading proxy keys failed")
         clock = Clock()
         start_ns = clock.now_us_ns()
         async with httpx.AsyncClient(timeout=timeout, limits=limits, transport=transport) as client:
@@ -94,15 +104,18 @@ def create_proxy_app(
                            clock=clock, replicas=[
                                ReplicaState(spec=spec, meter=ReplicaMeter(gpus=spec.gpus,
                                                                       start_ns=start_ns))
-                               for spec in config.replicas])  # fmt: skip
+                               for spec in config.replicas], keyring=keyring)  # fmt: skip
             app.state.proxy = state
-            ticker = asyncio.create_task(_tick_forever(state))
+            tasks = [asyncio.create_task(_tick_forever(state))]
+            if keyring is not None:
+                tasks.append(asyncio.create_task(_refresh_keys_forever(keyring, config)))
             try:
                 yield
             finally:
-                ticker.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await ticker
+                for task in tasks:
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
                 for replica in state.replicas:
                     state.close_window(replica, reopen=False)
                 await anyio.to_thread.run_sync(sink.close)
@@ -152,7 +165,21 @@ async def _tick_forever(state: ProxyState) -> None:
             log.exception("metering tick failed")
 
 
+async def _refresh_keys_forever(keyring: KeyRing, config: ProxyConfig) -> None:
+    while True:
+        await asyncio.sleep(config.key_refresh_s)
+        try:
+            await anyio.to_thread.run_sync(keyring.refresh)
+        except Exception:  # a database hiccup must not stop the checks; the old keys stand
+            log.exception("reloading proxy keys failed")
+
+
 async def _models(state: ProxyState, request: Request) -> Response:
+    try:
+        await attribution_of(state, request.headers)
+    except AttributionRefused as exc:
+        state.metrics.rejected(exc.code)
+        return JSONResponse(error_body(exc.code, exc.message), status_code=exc.status)
     headers = forward_headers(request.headers)
 
     async def fetch(replica: ReplicaState) -> list[dict[str, Any]] | None:

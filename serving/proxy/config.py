@@ -88,11 +88,26 @@ class ProxyConfig(BaseModel):
     """A metering window closes (idle time written) at the first idle tick after this."""
     sink_batch_size: PositiveInt = 500
     sink_flush_interval_s: float = 0.25
+    allow_anonymous: bool = False
+    """Serve requests that present no proxy key, billed to team ``(unattributed)`` (for the
+    embedded demo). A key that is presented is still checked."""
+    key_refresh_s: float = Field(0.5, gt=0)
+    """How often the proxy checks the database for created or revoked keys (and so the
+    longest a revoked key still works)."""
     speculate_up_to: PositiveInt | None = None
     """Route by load: while at most this many requests are in flight (the new one included),
     new requests go to speculating replicas, above it to plain ones. The schedule done by
     routing, for engines whose k=0 path still costs (a drafter kept at k=0 is not free).
     None: every request goes to the replica with the fewest in flight."""
+
+    @model_validator(mode="after")
+    def _keys_need_the_database(self) -> ProxyConfig:
+        if not self.allow_anonymous and self.database_url is None:
+            raise ValueError(
+                "the proxy checks proxy keys against the database: give it a database, or "
+                "allow anonymous requests (--allow-anonymous)"
+            )
+        return self
 
     @model_validator(mode="after")
     def _routing_needs_both_kinds(self) -> ProxyConfig:

@@ -7,8 +7,10 @@ Pure parsing of what vLLM sends back is in :mod:`serving.proxy.wire`; who pays i
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
+import time
 import uuid
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
@@ -20,7 +22,8 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.types import Send
 
 from app.domain.usage import UsageStatus
-from serving.proxy.attribution import make_attribution
+from serving.proxy.attribution import Attribution, AttributionRefused, attribute
+from serving.proxy.keyring import looks_like_key
 from serving.proxy.state import DOWN_FOR_NS, InFlight, ProxyState
 from serving.proxy.vllm_metrics import parse_spec_decode_counters
 from serving.proxy.wire import (
@@ -50,11 +53,70 @@ _OWN_HEADERS = frozenset({"date", "server", "content-encoding"})
 
 
 def error_body(code: str, message: str) -> dict[str, Any]:
-    return {"error": {"code": code, "message": message, "type": code}}
+    """An error in the OpenAI API's shape."""
+    return {"error": {"message": message, "type": code, "param": None, "code": code}}
 
 
 def forward_headers(headers: Mapping[str, str]) -> dict[str, str]:
-    return {k: v for k, v in headers.items() if k.lower() not in _HOP_BY_HOP}
+    """The request headers to send upstream: no hop-by-hop header, and never a SpecLedger key
+    (it is the proxy's to check, not the model server's to see)."""
+    return {
+        k: v
+        for k, v in headers.items()
+        if k.lower() not in _HOP_BY_HOP and not looks_like_key(presented_key({k: v}) or "")
+    }  # presented_key of the one header: is it a credential, and a SpecLedger key?
+
+
+def presented_key(headers: Mapping[str, str]) -> str | None:
+    """The credential a request presents: ``Authorization: Bearer <key>`` or ``X-API-Key``."""
+    for name, value in headers.items():
+        lowered = name.lower()
+        if lowered == "authorization":
+            scheme, _, credential = value.strip().partition(" ")
+            if scheme.lower() == "bearer" and credential.strip():
+                return credential.strip()
+        elif lowered == "x-api-key" and value.strip():
+            return value.strip()
+    return None
+
+
+async def attribution_of(state: ProxyState, headers: Mapping[str, str]) -> Attribution:
+    """Who pays for a request: its key decides (see :mod:`serving.proxy.attribution`).
+
+    Raises:
+        AttributionRefused: For a missing, unknown or revoked key (401), or headers the key
+            does not allow.
+    """
+    secret = presented_key(headers)
+    keyring = state.keyring
+    grant = None
+    if secret is not None and (looks_like_key(secret) or not state.config.allow_anonymous):
+        if keyring is None:
+            raise AttributionRefused(401, "invalid_api_key", "this proxy checks no keys")
+        grant = keyring.lookup(secret)
+        if grant is None:  # perhaps created since the last poll
+            asked_at = time.monotonic()
+            await anyio.to_thread.run_sync(
+                functools.partial(keyring.refresh, unless_checked_since=asked_at)
+            )
+            grant = keyring.lookup(secret)
+        if grant is None:
+            raise AttributionRefused(401, "invalid_api_key", "invalid or revoked proxy key")
+    elif not state.config.allow_anonymous:
+        raise AttributionRefused(
+            401,
+            "invalid_api_key",
+            "missing proxy key: send `Authorization: Bearer <key>` (create one with "
+            "`specledger keys create --proxy --team T`)",
+        )
+    return attribute(
+        grant,
+        session_id=headers.get(SESSION_HEADER),
+        team=headers.get("X-Team"),
+        cost_center=headers.get("X-Cost-Center"),
+        tags_header=headers.get("X-Tags"),
+        new_session_id=uuid.uuid4().hex,
+    )
 
 
 def _response_headers(upstream: httpx.Response, request: InFlight) -> dict[str, str]:
@@ -171,16 +233,10 @@ async def forward(state: ProxyState, http_request: Request, endpoint: Endpoint) 
     arrived_ns = state.clock.now_ns()
     headers = http_request.headers
     try:
-        attribution = make_attribution(
-            session_id=headers.get(SESSION_HEADER),
-            team=headers.get("X-Team"),
-            cost_center=headers.get("X-Cost-Center"),
-            tags_header=headers.get("X-Tags"),
-            new_session_id=uuid.uuid4().hex,
-        )
-    except ValueError as exc:
-        state.metrics.rejected("invalid_attribution")
-        return JSONResponse(error_body("invalid_attribution", str(exc)), status_code=400)
+        attribution = await attribution_of(state, headers)
+    except AttributionRefused as exc:
+        state.metrics.rejected(exc.code)
+        return JSONResponse(error_body(exc.code, exc.message), status_code=exc.status)
     try:
         body = json.loads(raw)
     except ValueError:
@@ -188,7 +244,18 @@ async def forward(state: ProxyState, http_request: Request, endpoint: Endpoint) 
     body = body if isinstance(body, dict) else None
     model = body.get("model") if body else None
     model = model if isinstance(model, str) else None
-    replica = state.pick(model)
+    grant = attribution.grant
+    replica = state.pick(model, allowed=grant.may_use if grant else None)
+    if replica is None and grant is not None and state.pick(model) is not None:
+        state.metrics.rejected("permission_denied")
+        return JSONResponse(
+            error_body(
+                "permission_denied",
+                f"this key may not use the deployments serving model {model!r}",
+            ),
+            status_code=403,
+            headers={SESSION_HEADER: attribution.session_id},
+        )
     if replica is None:
         state.metrics.rejected("model_not_found")
         return JSONResponse(

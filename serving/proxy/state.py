@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 
@@ -18,6 +19,7 @@ from app.domain.gpu_seconds import ReplicaMeter
 from app.domain.usage import MODEL_MAX, ReplicaIdleEvent, UsageEvent, UsageStatus
 from serving.proxy.attribution import Attribution
 from serving.proxy.config import ProxyConfig, ReplicaSpec
+from serving.proxy.keyring import KeyRing
 from serving.proxy.metrics import ProxyMetrics
 from serving.proxy.sink import UsageSink
 from serving.proxy.wire import Endpoint, SpecDecodeStats, TokenUsage
@@ -88,14 +90,20 @@ class ProxyState:
     sink: UsageSink
     metrics: ProxyMetrics
     clock: Clock
+    keyring: KeyRing | None = None
+    """Live proxy keys; None where the proxy checks none (anonymous use only)."""
 
     # -- routing and metering ----------------------------------------------------------------
 
-    def pick(self, model: str | None) -> ReplicaState | None:
+    def pick(
+        self, model: str | None, *, allowed: Callable[[str], bool] | None = None
+    ) -> ReplicaState | None:
         """The replica with the fewest requests in flight, preferring ones not marked down;
-        with routing by load, among the speculating or the plain replicas as the load says."""
-        candidates = [r for r in self.replicas if r.spec.model in (None, model)] or (
-            self.replicas if model is None else []
+        with routing by load, among the speculating or the plain replicas as the load says.
+        ``allowed`` says which deployments the request may use (None: all)."""
+        replicas = [r for r in self.replicas if allowed is None or allowed(r.spec.deployment)]
+        candidates = [r for r in replicas if r.spec.model in (None, model)] or (
+            replicas if model is None else []
         )
         if not candidates:
             return None

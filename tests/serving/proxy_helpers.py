@@ -6,11 +6,21 @@ from datetime import timedelta
 from typing import Any
 
 from sqlalchemy import Engine, func, select
+from sqlalchemy.orm import Session
 
+from app.auth.service import ProxyKeyOptions, create_key
 from app.models import ReplicaIdle, UsageRecord
 from bench.common import serve
 
-__all__ = ["assert_gpu_time_conserved", "free_port", "serve", "usage_rows"]
+__all__ = [
+    "assert_gpu_time_conserved",
+    "bearer",
+    "free_port",
+    "proxy_key",
+    "serve",
+    "team_keys",
+    "usage_rows",
+]
 
 ONE_US = timedelta(microseconds=1)
 
@@ -20,6 +30,25 @@ def free_port() -> int:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
         return port
+
+
+def proxy_key(engine: Engine, team: str, **options: Any) -> str:
+    """Create a proxy key for ``team`` (options as :class:`ProxyKeyOptions`); its secret."""
+    with Session(engine) as session, session.begin():
+        return create_key(session, team=team, admin=False, proxy=ProxyKeyOptions(**options)).secret
+
+
+def team_keys(engine: Engine, *teams: str) -> dict[str, str]:
+    """One proxy key per team: team -> secret."""
+    return {team: proxy_key(engine, team) for team in teams}
+
+
+def bearer(secret: str, **headers: str) -> dict[str, str]:
+    """Request headers presenting a proxy key, plus ``headers`` (``X_Session_Id`` style names
+    become ``X-Session-Id``)."""
+    return {"Authorization": f"Bearer {secret}"} | {
+        name.replace("_", "-"): value for name, value in headers.items()
+    }
 
 
 def usage_rows(engine: Engine) -> list[dict[str, Any]]:

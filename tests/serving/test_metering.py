@@ -11,9 +11,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from app.domain.attribution import KEY_TAG, UNATTRIBUTED, VIA_TAG, ProxyGrant, parse_tags
 from app.domain.usage import ReplicaIdleEvent, UsageEvent
 from app.usage.schemas import record_from_json
-from serving.proxy.attribution import make_attribution, parse_tags
+from serving.proxy.attribution import Attribution, AttributionRefused, attribute
 from serving.proxy.vllm_metrics import parse_spec_decode_counters
 from serving.proxy.wire import (
     SpecDecodeStats,
@@ -171,42 +172,91 @@ class TestSse:
         assert splitter.pending == b""
 
 
+GRANT = ProxyGrant(key_id=7, name="search key", team="search", cost_center="cc-7",
+                   tags={"app": "rag"})  # fmt: skip
+GATEWAY = ProxyGrant(key_id=9, name="gateway", team="platform", gateway=True)
+
+
+def _attribute(grant: ProxyGrant | None, **headers: str | None) -> Attribution:
+    return attribute(
+        grant,
+        session_id=headers.get("session_id"),
+        team=headers.get("team"),
+        cost_center=headers.get("cost_center"),
+        tags_header=headers.get("tags_header"),
+        new_session_id="gen",
+    )
+
+
 class TestAttribution:
-    def test_headers(self):
-        attribution = make_attribution(
-            session_id=" s1 ",
-            team="search",
-            cost_center="cc-7",
-            tags_header="env=prod, feature = rag,",
-            new_session_id="x",
+    """The key decides team and cost center; headers only narrow (serving.proxy.attribution)."""
+
+    def test_the_key_decides_team_cost_center_and_its_tags(self):
+        attribution = _attribute(
+            GRANT, session_id=" s1 ", tags_header="env=prod, feature = rag,", team="search"
         )
         assert attribution.session_id == "s1"
         assert not attribution.session_generated
-        assert attribution.team == "search"
-        assert attribution.cost_center == "cc-7"
-        assert attribution.tags == {"env": "prod", "feature": "rag"}
+        assert (attribution.team, attribution.cost_center) == ("search", "cc-7")
+        assert attribution.tags == {
+            "env": "prod", "feature": "rag", "app": "rag",
+            KEY_TAG: "7", VIA_TAG: "key",
+        }  # fmt: skip
+        assert attribution.grant is GRANT
 
-    def test_missing_session_is_generated(self):
-        attribution = make_attribution(
-            session_id=None, team="", cost_center=None, tags_header=None, new_session_id="gen"
+    @pytest.mark.parametrize(
+        ("headers", "message"),
+        [
+            ({"team": "ads"}, "X-Team cannot change it"),
+            ({"cost_center": "cc-ads"}, "X-Cost-Center cannot change it"),
+            ({"tags_header": "app=other"}, "X-Tags cannot change it"),
+        ],
+    )
+    def test_a_header_cannot_change_what_the_key_decides(self, headers, message):
+        with pytest.raises(AttributionRefused, match=message) as refused:
+            _attribute(GRANT, **headers)
+        assert (refused.value.status, refused.value.code) == (403, "permission_denied")
+
+    def test_a_gateway_passes_its_users_team_on_and_the_record_says_so(self):
+        passed = _attribute(GATEWAY, team="ads", cost_center="cc-ads")
+        assert (passed.team, passed.cost_center, passed.tags[VIA_TAG]) == (
+            "ads",
+            "cc-ads",
+            "gateway",
         )
-        assert (attribution.session_id, attribution.session_generated) == ("gen", True)
-        assert attribution.team is None
+        own = _attribute(GATEWAY)
+        assert (own.team, own.tags[VIA_TAG], own.tags[KEY_TAG]) == ("platform", "key", "9")
 
-    @pytest.mark.parametrize("header", ["novalue", "=v", "k=" + "v" * 129])
-    def test_bad_tags(self, header):
+    def test_anonymous_requests_are_unattributed_and_cannot_name_a_team(self):
+        anonymous = _attribute(None, tags_header="env=dev")
+        assert (anonymous.team, anonymous.cost_center) == (UNATTRIBUTED, None)
+        assert anonymous.tags == {"env": "dev", VIA_TAG: "anonymous"}
+        assert (anonymous.session_id, anonymous.session_generated) == ("gen", True)
+        for headers in ({"team": "search"}, {"cost_center": "cc-7"}):
+            with pytest.raises(AttributionRefused, match="needs a proxy key") as refused:
+                _attribute(None, **headers)
+            assert refused.value.status == 401
+
+    @pytest.mark.parametrize(
+        ("headers", "message"),
+        [
+            ({"tags_header": "novalue"}, "X-Tags"),
+            ({"tags_header": "=v"}, "X-Tags"),
+            ({"tags_header": "k=" + "v" * 129}, "X-Tags"),
+            ({"tags_header": "specledger.via=key"}, "set by the proxy"),
+            ({"session_id": "s" * 129}, "X-Session-Id"),
+            ({"team": "t" * 129}, "X-Team"),
+        ],
+    )
+    def test_malformed_headers_are_a_400(self, headers, message):
+        for grant in (GRANT, GATEWAY, None):
+            with pytest.raises(AttributionRefused, match=message) as refused:
+                _attribute(grant, **headers)
+            assert (refused.value.status, refused.value.code) == (400, "invalid_attribution")
+
+    def test_bad_tags(self):
         with pytest.raises(ValueError, match="X-Tags"):
-            parse_tags(header)
-
-    def test_overlong_session(self):
-        with pytest.raises(ValueError, match="X-Session-Id"):
-            make_attribution(
-                session_id="s" * 129,
-                team=None,
-                cost_center=None,
-                tags_header=None,
-                new_session_id="x",
-            )
+            parse_tags("novalue")
 
 
 _BASE_EVENT = UsageEvent(

@@ -17,7 +17,14 @@ from ingest.usage import load_usage
 from serving.proxy.app import ProxyConfig, ReplicaSpec, create_proxy_app
 from serving.proxy.relay import scrape_spec_decode_counters
 from tests.serving.fake_vllm import FakeVllm
-from tests.serving.proxy_helpers import assert_gpu_time_conserved, free_port, serve, usage_rows
+from tests.serving.proxy_helpers import (
+    assert_gpu_time_conserved,
+    bearer,
+    free_port,
+    proxy_key,
+    serve,
+    usage_rows,
+)
 
 Call = tuple[str, dict[str, Any], dict[str, str]]
 """A request for :func:`run_all`: path, JSON body, headers."""
@@ -43,7 +50,7 @@ def proxy_app(
         database_url=db_url,
         tick_interval_s=0.05,
         sink_flush_interval_s=0.05,
-        **options,
+        **({"allow_anonymous": True} | options),
     )
     return create_proxy_app(config, transport=fake.transport() if fake else None)
 
@@ -90,20 +97,21 @@ def stream_events(raw: bytes) -> list[str]:
 
 
 def test_requests_of_two_teams_are_recorded_with_exact_tokens_and_gpu_time(engine, db_url, fake):
-    calls = []
+    key_a, key_b = proxy_key(engine, "a"), proxy_key(engine, "b", cost_center="cc-9")
+    calls, teams = [], []
     for i in range(3):
         calls.append(
             (
                 "/v1/completions",
                 completion(f"team a question {i}", 9 + i),
-                {"X-Session-Id": f"sa{i}", "X-Team": "a", "X-Tags": "env=prod,app=x"},
+                bearer(key_a, X_Session_Id=f"sa{i}", X_Tags="env=prod,app=x"),
             )
         )
         calls.append(
             (
                 "/v1/chat/completions",
                 chat(f"SLOW team b chat {i}", 10 + i, stream=True),
-                {"X-Session-Id": "sb", "X-Team": "b", "X-Cost-Center": "cc-9"},
+                bearer(key_b, X_Session_Id="sb"),
             )
         )
         calls.append(
@@ -112,10 +120,11 @@ def test_requests_of_two_teams_are_recorded_with_exact_tokens_and_gpu_time(engin
                 completion(
                     f"SLOW stream {i}", 7, stream=True, stream_options={"include_usage": True}
                 ),
-                {"X-Team": "a"},
+                bearer(key_a),
             )
         )
-    with serve(proxy_app(fake, db_url)) as url:
+        teams += ["a", "b", "a"]
+    with serve(proxy_app(fake, db_url, allow_anonymous=False)) as url:
         before = asyncio.run(
             scrape_spec_decode_counters(
                 "http://fake-a:8000", httpx.AsyncClient(transport=fake.transport())
@@ -126,11 +135,11 @@ def test_requests_of_two_teams_are_recorded_with_exact_tokens_and_gpu_time(engin
 
     rows = {row["event_id"]: row for row in usage_rows(engine)}
     assert len(rows) == len(calls)
-    for (_, body, headers), result in zip(calls, results, strict=True):
+    for (_, body, headers), team, result in zip(calls, teams, results, strict=True):
         row = rows[result["headers"]["x-event-id"]]
         assert row["session_id"] == result["headers"]["x-session-id"]
         assert row["session_id"] == headers.get("X-Session-Id", row["session_id"])
-        assert row["team"] == headers["X-Team"]
+        assert row["team"] == team
         assert row["status"] == "ok"
         assert row["http_status"] == 200
         assert row["completion_tokens"] == body["max_tokens"]
@@ -150,7 +159,11 @@ def test_requests_of_two_teams_are_recorded_with_exact_tokens_and_gpu_time(engin
         if "usage" in result.get("body", {}):
             assert result["body"]["usage"]["completion_tokens"] == row["completion_tokens"]
     team_a = [row for row in rows.values() if row["team"] == "a" and not row["streamed"]]
-    assert all(row["tags"] == {"env": "prod", "app": "x"} for row in team_a)
+    assert all(
+        {k: v for k, v in row["tags"].items() if not k.startswith("specledger.")}
+        == {"env": "prod", "app": "x"}
+        for row in team_a
+    )
     assert {row["cost_center"] for row in rows.values() if row["team"] == "b"} == {"cc-9"}
     assert max(row["concurrency"] for row in rows.values()) > 1
 
@@ -343,9 +356,7 @@ def test_models_health_and_metrics(db_url, engine, fake):
     with serve(proxy_app(fake, db_url, REPLICA_A, down)) as url:
         models = httpx.get(url + "/v1/models").json()
         health = httpx.get(url + "/healthz")
-        httpx.post(
-            url + "/v1/completions", json=completion("hello"), headers={"X-Team": "a"}, timeout=30
-        )
+        httpx.post(url + "/v1/completions", json=completion("hello"), timeout=30)
         metrics = httpx.get(url + "/metrics")
     assert [model["id"] for model in models["data"]] == ["fake-model"]
     assert health.status_code == 200
@@ -394,9 +405,8 @@ def test_idle_windows_tile_the_wall_time(db_url, engine, fake):
 
 def test_jsonl_log_loads_into_the_database_idempotently(db_url, engine, fake, tmp_path: Path):
     log = tmp_path / "usage.jsonl"
-    calls = [
-        ("/v1/completions", completion(f"q {i}", stream=i % 2 == 0), {"X-Team": "t"})
-        for i in range(5)
+    calls: list[Call] = [
+        ("/v1/completions", completion(f"q {i}", stream=i % 2 == 0), {}) for i in range(5)
     ]
     with serve(proxy_app(fake, None, jsonl_path=log)) as url:
         run_all(url, calls)
@@ -440,4 +450,4 @@ def test_routing_by_load_sends_light_load_to_speculation_and_the_rest_to_plain(
 
 def test_routing_by_load_needs_a_speculating_and_a_plain_replica():
     with pytest.raises(ValueError, match="at least one speculating and one plain"):
-        ProxyConfig(replicas=(REPLICA_A, REPLICA_B), speculate_up_to=4)
+        ProxyConfig(replicas=(REPLICA_A, REPLICA_B), speculate_up_to=4, allow_anonymous=True)

@@ -64,6 +64,7 @@ def test_replica_from_a_saved_engine_config(tmp_path: Path, monkeypatch):
             "--engines-dir",
             str(tmp_path),
             "--no-db",
+            "--allow-anonymous",
             "--jsonl",
             str(tmp_path / "u.jsonl"),
             "--port",
@@ -89,6 +90,10 @@ def test_replica_from_a_saved_engine_config(tmp_path: Path, monkeypatch):
         ([], "give at least one --replica or --engine"),
         (["--replica", "http://h:1", "--no-db"], "--no-db needs --jsonl"),
         (["--engine", "missing"], "engine 'missing'"),
+        (
+            ["--replica", "http://h:1", "--no-db", "--jsonl", "u.jsonl"],
+            "the proxy checks proxy keys",
+        ),
     ],
 )
 def test_proxy_refuses_incomplete_options(args, message, tmp_path: Path):

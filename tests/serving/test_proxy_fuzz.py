@@ -85,7 +85,9 @@ FUZZ_SETTINGS = settings(
 
 def proxy_document() -> dict[str, Any]:
     """The proxy's OpenAPI document with the request bodies and headers it reads."""
-    document = copy.deepcopy(create_proxy_app(ProxyConfig(replicas=(REPLICA,))).openapi())
+    document = copy.deepcopy(
+        create_proxy_app(ProxyConfig(replicas=(REPLICA,), allow_anonymous=True)).openapi()
+    )
     for path, body in BODIES.items():
         operation = document["paths"][path]["post"]
         operation["requestBody"] = {
@@ -162,6 +164,7 @@ def proxy(engine: Engine, db_url: str) -> Iterator[FastAPI]:
         database_url=db_url,
         tick_interval_s=0.05,
         sink_flush_interval_s=0.05,
+        allow_anonymous=True,
     )
     try:
         yield create_proxy_app(config, transport=StubVllm().transport())

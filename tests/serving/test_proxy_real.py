@@ -17,6 +17,7 @@ import httpx
 import openai
 import pytest
 
+from app.domain.attribution import UNATTRIBUTED
 from app.domain.usage import UsageEvent
 from app.usage.schemas import record_from_json
 from serving.engine import launcher
@@ -25,7 +26,14 @@ from serving.engine.model_prep import DEFAULT_CACHE_DIR, is_prepared, target_dir
 from serving.proxy.app import ProxyConfig, ReplicaSpec, create_proxy_app
 from serving.proxy.relay import scrape_spec_decode_counters
 from tests.prereq import require
-from tests.serving.proxy_helpers import assert_gpu_time_conserved, free_port, serve, usage_rows
+from tests.serving.proxy_helpers import (
+    assert_gpu_time_conserved,
+    bearer,
+    free_port,
+    proxy_key,
+    serve,
+    usage_rows,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
@@ -120,12 +128,15 @@ def ngram(engines: EngineSlot) -> EngineConfig:
 
 
 def proxy_for(config: EngineConfig, *, db_url: str | None = None, jsonl: Path | None = None):
+    """The proxy in front of an engine; with a database it checks proxy keys, without one
+    it serves anonymous requests."""
     return create_proxy_app(
         ProxyConfig(
             replicas=(ReplicaSpec.from_engine(config, gpus=1),),
             database_url=db_url,
             jsonl_path=jsonl,
             tick_interval_s=0.2,
+            allow_anonymous=db_url is None,
         )
     )
 
@@ -169,7 +180,11 @@ async def _call(
 
 def test_concurrent_requests_of_two_teams_are_metered_exactly(engine, db_url, ngram):
     model = ngram.model_name
-    calls = []
+    keys = {
+        "search": proxy_key(engine, "search"),
+        "ads": proxy_key(engine, "ads", cost_center="cc-ads"),
+    }
+    calls, teams = [], []
     for i in range(3):
         calls.append(
             (
@@ -182,14 +197,14 @@ def test_concurrent_requests_of_two_teams_are_metered_exactly(engine, db_url, ng
                     "stream": True,
                     "stream_options": {"include_usage": True},
                 },
-                {"X-Team": "search", "X-Session-Id": f"search-{i % 2}", "X-Tags": "env=test"},
+                bearer(keys["search"], X_Session_Id=f"search-{i % 2}", X_Tags="env=test"),
             )
         )
         calls.append(
             (
                 "/v1/completions",
                 {"model": model, "prompt": PROMPTS[i + 3], "max_tokens": 20 + i, "temperature": 0},
-                {"X-Team": "ads", "X-Cost-Center": "cc-ads"},
+                bearer(keys["ads"]),
             )
         )
         calls.append(
@@ -202,9 +217,10 @@ def test_concurrent_requests_of_two_teams_are_metered_exactly(engine, db_url, ng
                     "temperature": 0,
                     "stream": True,
                 },
-                {"X-Team": "ads"},
+                bearer(keys["ads"]),
             )
         )
+        teams += ["search", "ads", "ads"]
     before = counters(ngram)
     started = time.monotonic()
     with serve(proxy_for(ngram, db_url=db_url)) as url:
@@ -219,10 +235,11 @@ def test_concurrent_requests_of_two_teams_are_metered_exactly(engine, db_url, ng
 
     rows = {row["event_id"]: row for row in usage_rows(engine)}
     assert len(rows) == len(calls)
-    for (_, body, headers), result in zip(calls, results, strict=True):
+    for (_, body, _headers), team, result in zip(calls, teams, results, strict=True):
         assert result["status"] == 200
         row = rows[result["headers"]["x-event-id"]]
-        assert (row["status"], row["team"]) == ("ok", headers["X-Team"])
+        assert (row["status"], row["team"]) == ("ok", team)
+        assert row["cost_center"] == ("cc-ads" if team == "ads" else None)
         assert row["session_id"] == result["headers"]["x-session-id"]
         if result["usage"] is not None:  # what vLLM reported to the client
             assert row["prompt_tokens"] == result["usage"]["prompt_tokens"]
@@ -251,14 +268,15 @@ def test_concurrent_requests_of_two_teams_are_metered_exactly(engine, db_url, ng
     assert 0 < wall_ns / 1e9 <= wall_s
 
 
-def test_openai_client_works_unchanged(ngram, tmp_path: Path):
+def test_openai_client_works_unchanged(ngram, engine, db_url, tmp_path: Path):
+    """The OpenAI SDK with a proxy key as its API key: nothing else changes for the client."""
     log = tmp_path / "usage.jsonl"
-    with serve(proxy_for(ngram, jsonl=log)) as url:
+    with serve(proxy_for(ngram, db_url=db_url, jsonl=log)) as url:
         client = openai.OpenAI(
             base_url=url + "/v1",
-            api_key="unused",
+            api_key=proxy_key(engine, "sdk"),
             max_retries=0,
-            default_headers={"X-Team": "sdk", "X-Session-Id": "sdk-1"},
+            default_headers={"X-Session-Id": "sdk-1"},
         )
         assert [m.id for m in client.models.list()] == [ngram.model_name]
         completion = client.completions.create(
@@ -311,8 +329,6 @@ def test_vllm_bench_serve_runs_through_the_proxy(ngram, tmp_path: Path):
                 "--seed",
                 "0",
                 "--disable-tqdm",
-                "--header",
-                "X-Team=bench",
                 "--save-result",
                 "--result-dir",
                 str(tmp_path),
@@ -330,7 +346,7 @@ def test_vllm_bench_serve_runs_through_the_proxy(ngram, tmp_path: Path):
     assert (summary["completed"], summary.get("failed", 0)) == (6, 0)
     events = jsonl_records(log)
     assert len(events) == 6
-    assert {e.team for e in events} == {"bench"}
+    assert {e.team for e in events} == {UNATTRIBUTED}
     assert {e.status for e in events} == {"ok"}
     assert sum(e.completion_tokens for e in events) == summary["total_output_tokens"]
 

@@ -26,7 +26,7 @@ from serving.proxy.sink import UsageSink
 from serving.proxy.spool import Spool, SpoolInUse
 from tests.factories import at, usage_record
 from tests.serving.fake_vllm import FakeVllm
-from tests.serving.proxy_helpers import free_port, serve
+from tests.serving.proxy_helpers import bearer, free_port, proxy_key, serve
 
 pytestmark = pytest.mark.xdist_group("usage-spool")
 
@@ -232,6 +232,7 @@ def test_requests_through_a_proxy_are_stored_once_after_the_database_was_locked(
         spool_dir=tmp_path / "spool",
         tick_interval_s=0.05,
         sink_flush_interval_s=0.05,
+        allow_anonymous=True,  # the database is locked before the proxy starts
     )
     release = lock_database()
     with (
@@ -240,7 +241,7 @@ def test_requests_through_a_proxy_are_stored_once_after_the_database_was_locked(
     ):
         for n in range(30):
             body = {"model": "fake-model", "prompt": f"p{n}", "max_tokens": 4}
-            headers = {"X-Team": "search", "X-Session-Id": f"s{n % 3}"}
+            headers = {"X-Session-Id": f"s{n % 3}"}
             assert client.post("/v1/completions", json=body, headers=headers).status_code == 200
         _wait_for(lambda: _sink_state(client)["spooled"] >= 30)
         metrics = client.get("/metrics").text
@@ -319,8 +320,12 @@ def test_a_proxy_killed_with_sigkill_leaves_its_spool_to_the_next_proxy(
 ) -> None:
     """`specledger proxy` in its own process, the database locked by a third: 40 requests
     answered and spooled, the proxy killed with SIGKILL, the lock released, a new proxy on
-    the same spool stores all 40, once."""
+    the same spool stores all 40, once. The requests present a proxy key, checked from the
+    proxy's memory while the database is locked."""
     spool, port = tmp_path / "spool", free_port()
+    engine = make_engine(sqlite_url)
+    key = proxy_key(engine, "search")
+    engine.dispose()
     with serve(_fake_vllm_server(FakeVllm())) as replica:
         proxy = _start_proxy(sqlite_url, replica, spool, port, tmp_path)
         try:
@@ -329,7 +334,7 @@ def test_a_proxy_killed_with_sigkill_leaves_its_spool_to_the_next_proxy(
             with httpx.Client(base_url=base, timeout=30) as client:
                 for n in range(40):
                     body = {"model": "fake-model", "prompt": f"p{n}", "max_tokens": 4}
-                    response = client.post("/v1/completions", json=body)
+                    response = client.post("/v1/completions", json=body, headers=bearer(key))
                     assert response.status_code == 200
                 _wait_for(lambda: _sink_state(client)["spooled"] >= 40)
             proxy.send_signal(signal.SIGKILL)
@@ -346,3 +351,6 @@ def test_a_proxy_killed_with_sigkill_leaves_its_spool_to_the_next_proxy(
             again.terminate()
             again.wait(60)
     assert _stored(sqlite_url) == (40, 40)
+    with make_engine(sqlite_url).connect() as conn:
+        teams = conn.execute(select(UsageRecord.team).distinct()).scalars().all()
+    assert teams == ["search"]
