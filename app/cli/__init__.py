@@ -4,6 +4,7 @@ subcommand's --help explains it."""
 import typer
 
 from app.cli import (
+    alerts,
     api,
     billing,
     breakeven,
@@ -36,6 +37,7 @@ api.register(app)
 breakeven.register(app)
 dashboards.register(app)
 proxy.register(app)
+alerts.register(app)
 
 
 def main() -> None:

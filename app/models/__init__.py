@@ -1,5 +1,6 @@
 """ORM models; importing this package registers every table on ``Base.metadata``."""
 
+from app.models.alert import AlertDelivery, AlertWebhook
 from app.models.api_key import ApiKey
 from app.models.billing import BillingDelivery, BillingRow
 from app.models.budget import Budget
@@ -15,6 +16,8 @@ from app.models.sweep import Sweep, SweepPointRecord
 from app.models.usage import ReplicaIdle, UsageRecord
 
 __all__ = [
+    "AlertDelivery",
+    "AlertWebhook",
     "AllocationRun",
     "ApiKey",
     "BillingDelivery",
