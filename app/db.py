@@ -18,11 +18,13 @@ from sqlalchemy import (
     String,
     create_engine,
     event,
+    func,
 )
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.orm import DeclarativeBase, Session
 from sqlalchemy.sql.compiler import SQLCompiler
+from sqlalchemy.sql.elements import ColumnElement
 from sqlalchemy.sql.functions import FunctionElement
 from sqlalchemy.types import TypeDecorator
 
@@ -176,3 +178,11 @@ def unit_of_work(engine: Engine) -> Iterator[Session]:
     it raises. Objects stay readable after the commit."""
     with Session(engine, expire_on_commit=False) as session, session.begin():
         yield session
+
+
+def utc_hour(dialect: str, column: Any) -> ColumnElement[Any]:
+    """The UTC hour an instant falls in, as the database can group by it (a naive UTC
+    timestamp on PostgreSQL, ``YYYY-MM-DD HH:00:00`` text on SQLite)."""
+    if dialect == "postgresql":
+        return func.date_trunc("hour", func.timezone("UTC", column), type_=DateTime())
+    return func.strftime("%Y-%m-%d %H:00:00", column, type_=String())

@@ -15,6 +15,7 @@ from app.auth.deps import get_principal
 from app.auth.router import router as auth_router
 from app.breakeven.router import router as breakeven_router
 from app.breakeven.router import tiers_router
+from app.budgets.router import router as budgets_router
 from app.db import make_engine
 from app.deployments.router import router as deployments_router
 from app.deps import session_makers
@@ -52,6 +53,7 @@ V1_ROUTERS: tuple[APIRouter, ...] = (
     waste_router,
     deployments_router,
     billing_router,
+    budgets_router,
 )
 
 

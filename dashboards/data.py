@@ -7,13 +7,11 @@ micros. The frames' columns are the ones :mod:`dashboards.figures` documents.
 """
 
 from datetime import UTC, datetime
-from typing import Any
 
 import pandas as pd
-from sqlalchemy import DateTime, Engine, String, func, select
-from sqlalchemy.sql.elements import ColumnElement
+from sqlalchemy import Engine, func, select
 
-from app.db import read_session
+from app.db import read_session, utc_hour
 from app.domain.ledger import CostLabel, EntryKind
 from app.domain.periods import Month
 from app.ledger.reconcile import reconcile
@@ -22,13 +20,6 @@ from app.models import LedgerRollup, UsageRecord
 from dashboards.session_seconds import hourly_query, longest_span_query
 
 """Bootstrap replicates when a sweep has no stored fit and the dashboard fits it (a few s)."""
-
-
-def _hour(engine: Engine, column: Any) -> ColumnElement[Any]:
-    """The UTC hour an instant falls in, as the database can group by it."""
-    if engine.dialect.name == "postgresql":
-        return func.date_trunc("hour", func.timezone("UTC", column), type_=DateTime())
-    return func.strftime("%Y-%m-%d %H:00:00", column, type_=String())
 
 
 def _utc(values: pd.Series) -> pd.Series:
@@ -97,7 +88,7 @@ def ledger_by_hour(engine: Engine, *, month: str, team: str | None = None) -> pd
         run_id = current_run_id(session, month)
         if run_id is None:
             return pd.DataFrame(columns=columns)
-        hour = _hour(engine, LedgerRollup.charge_period_start).label("hour")
+        hour = utc_hour(engine.dialect.name, LedgerRollup.charge_period_start).label("hour")
         query = (
             select(
                 hour,
@@ -138,7 +129,7 @@ def usage_by_hour(engine: Engine, *, month: str, team: str | None = None) -> pd.
     ]
     parsed = Month.parse(month)
     start, end = parsed.start, parsed.end
-    hour = _hour(engine, UsageRecord.arrived_at).label("hour")
+    hour = utc_hour(engine.dialect.name, UsageRecord.arrived_at).label("hour")
     query = (
         select(
             hour,

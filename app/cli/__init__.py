@@ -8,6 +8,7 @@ from app.cli import (
     api,
     billing,
     breakeven,
+    budgets,
     dashboards,
     db,
     demo,
@@ -38,6 +39,7 @@ breakeven.register(app)
 dashboards.register(app)
 proxy.register(app)
 alerts.register(app)
+budgets.register(app)
 
 
 def main() -> None:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -37,6 +37,7 @@ from app.db import make_engine
 from app.domain.gpu_seconds import ReplicaMeter
 from app.kit.dataset_store import DatasetStore
 from serving.proxy.attribution import AttributionRefused
+from serving.proxy.budget_guard import BudgetGuard
 from serving.proxy.config import ProxyConfig, ReplicaSpec
 from serving.proxy.keyring import KeyRing
 from serving.proxy.metrics import ProxyMetrics
@@ -90,13 +91,14 @@ def create_proxy_app(
         limits = httpx.Limits(
             max_connections=config.max_connections, max_keepalive_connections=config.max_connections
         )
-        keyring = None
+        keyring = budgets = None
         if engine is not None:
-            keyring = KeyRing(engine)
+            keyring, budgets = KeyRing(engine), BudgetGuard(engine)
             try:
                 await anyio.to_thread.run_sync(keyring.refresh)
-            except Exception:  # the refresher keeps trying; until then keys are refused
-                log.exception("loading proxy keys failed")
+                await anyio.to_thread.run_sync(budgets.refresh)
+            except Exception:  # the refreshers keep trying; until then keys are refused
+                log.exception("loading proxy keys or budgets failed")
         clock = Clock()
         start_ns = clock.now_us_ns()
         async with httpx.AsyncClient(timeout=timeout, limits=limits, transport=transport) as client:
@@ -104,11 +106,22 @@ def create_proxy_app(
                            clock=clock, replicas=[
                                ReplicaState(spec=spec, meter=ReplicaMeter(gpus=spec.gpus,
                                                                       start_ns=start_ns))
-                               for spec in config.replicas], keyring=keyring)  # fmt: skip
+                               for spec in config.replicas], keyring=keyring,
+                           budgets=budgets)  # fmt: skip
             app.state.proxy = state
             tasks = [asyncio.create_task(_tick_forever(state))]
             if keyring is not None:
-                tasks.append(asyncio.create_task(_refresh_keys_forever(keyring, config)))
+                tasks.append(
+                    asyncio.create_task(
+                        _refresh_forever(keyring.refresh, config.key_refresh_s, "proxy keys")
+                    )
+                )
+            if budgets is not None:
+                tasks.append(
+                    asyncio.create_task(
+                        _refresh_forever(budgets.refresh, config.budget_refresh_s, "budgets")
+                    )
+                )
             try:
                 yield
             finally:
@@ -165,13 +178,13 @@ async def _tick_forever(state: ProxyState) -> None:
             log.exception("metering tick failed")
 
 
-async def _refresh_keys_forever(keyring: KeyRing, config: ProxyConfig) -> None:
+async def _refresh_forever(refresh: Callable[[], object], every_s: float, what: str) -> None:
     while True:
-        await asyncio.sleep(config.key_refresh_s)
+        await asyncio.sleep(every_s)
         try:
-            await anyio.to_thread.run_sync(keyring.refresh)
-        except Exception:  # a database hiccup must not stop the checks; the old keys stand
-            log.exception("reloading proxy keys failed")
+            await anyio.to_thread.run_sync(refresh)
+        except Exception:  # a database hiccup must not stop the checks; the old state stands
+            log.exception("reloading %s failed", what)
 
 
 async def _models(state: ProxyState, request: Request) -> Response:

@@ -94,6 +94,9 @@ class ProxyConfig(BaseModel):
     key_refresh_s: float = Field(0.5, gt=0)
     """How often the proxy checks the database for created or revoked keys (and so the
     longest a revoked key still works)."""
+    budget_refresh_s: float = Field(5.0, gt=0)
+    """How often spend against hard budget limits is recomputed (a scope can pass its limit
+    by what it spends in this long before its requests get 429)."""
     speculate_up_to: PositiveInt | None = None
     """Route by load: while at most this many requests are in flight (the new one included),
     new requests go to speculating replicas, above it to plain ones. The schedule done by

@@ -13,6 +13,7 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 import anyio
@@ -21,6 +22,8 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.types import Send
 
+from app.budgets.service import OverLimit
+from app.domain.money import format_micros
 from app.domain.usage import UsageStatus
 from serving.proxy.attribution import Attribution, AttributionRefused, attribute
 from serving.proxy.keyring import looks_like_key
@@ -228,6 +231,31 @@ async def _relay(
         )
 
 
+def _over_budget(over: OverLimit, attribution: Attribution) -> JSONResponse:
+    """429: the request's scope is over a budget's hard limit until the period ends."""
+    limit, spent = format_micros(over.hard_limit_micros), format_micros(over.spent_micros)
+    body = error_body(
+        "budget_exceeded",
+        f"budget {over.name!r} ({over.scope}) is over its hard limit: spent {spent} of "
+        f"{limit} {over.currency} in the period ending {over.period_end:%Y-%m-%dT%H:%M:%SZ}",
+    )
+    body["budget"] = {
+        "id": over.budget_id,
+        "name": over.name,
+        "scope": str(over.scope),
+        "currency": over.currency,
+        "hard_limit": limit,
+        "spent": spent,
+        "period_end": over.period_end.isoformat().replace("+00:00", "Z"),
+    }
+    retry_after = max(1, int((over.period_end - datetime.now(UTC)).total_seconds()))
+    return JSONResponse(
+        body,
+        status_code=429,
+        headers={SESSION_HEADER: attribution.session_id, "Retry-After": str(retry_after)},
+    )
+
+
 async def forward(state: ProxyState, http_request: Request, endpoint: Endpoint) -> Response:
     raw = await http_request.body()
     arrived_ns = state.clock.now_ns()
@@ -245,8 +273,25 @@ async def forward(state: ProxyState, http_request: Request, endpoint: Endpoint) 
     model = body.get("model") if body else None
     model = model if isinstance(model, str) else None
     grant = attribution.grant
-    replica = state.pick(model, allowed=grant.may_use if grant else None)
-    if replica is None and grant is not None and state.pick(model) is not None:
+    guard = state.budgets
+
+    def keyed(deployment: str) -> bool:
+        return grant is None or grant.may_use(deployment)
+
+    def usable(deployment: str) -> bool:
+        return keyed(deployment) and (
+            guard is None or guard.limit_for(attribution, deployment) is None
+        )
+
+    replica = state.pick(model, allowed=usable)
+    if replica is None and state.pick(model) is not None:
+        permitted = state.pick(model, allowed=keyed)
+        over = (
+            guard.limit_for(attribution, permitted.spec.deployment) if guard and permitted else None
+        )
+        if over is not None:
+            state.metrics.rejected("budget_exceeded")
+            return _over_budget(over, attribution)
         state.metrics.rejected("permission_denied")
         return JSONResponse(
             error_body(

@@ -18,6 +18,7 @@ import httpx
 from app.domain.gpu_seconds import ReplicaMeter
 from app.domain.usage import MODEL_MAX, ReplicaIdleEvent, UsageEvent, UsageStatus
 from serving.proxy.attribution import Attribution
+from serving.proxy.budget_guard import BudgetGuard
 from serving.proxy.config import ProxyConfig, ReplicaSpec
 from serving.proxy.keyring import KeyRing
 from serving.proxy.metrics import ProxyMetrics
@@ -92,6 +93,8 @@ class ProxyState:
     clock: Clock
     keyring: KeyRing | None = None
     """Live proxy keys; None where the proxy checks none (anonymous use only)."""
+    budgets: BudgetGuard | None = None
+    """Budgets over their hard limit; None without a database."""
 
     # -- routing and metering ----------------------------------------------------------------
 

@@ -209,4 +209,7 @@ def seeded(client: TestClient, keys: Keys, engine: Engine, tmp_path: Path) -> Se
     result = _ok(client.post("/v1/usage/events", json={"events": events}, headers=admin))
     assert result == {"received": len(events), "inserted": len(events), "duplicates": 0}
     _ok(client.post("/v1/allocation/runs", json={"month": "2026-10"}, headers=admin), 201)
+    for team in ("orchid", "walrus"):
+        budget = {"name": f"budget-{team}", "scope": f"team={team}", "amount": "50"}
+        _ok(client.post("/v1/budgets", json=budget, headers=admin), 201)
     return Seeded(keys=keys, sweep_id=store_sweep(engine), events=events)

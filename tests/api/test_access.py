@@ -95,6 +95,12 @@ CASES: dict[tuple[str, str], Case] = {
         path_params={"name": "d1"}, body={"name": "r9", "gpus": 1}, admin_only=True
     ),
     ("POST", "/v1/billing/ingest"): Case(body={"location": "/nonexistent"}, admin_only=True),
+    ("GET", "/v1/budgets"): Case(shows_team_data=True),
+    ("GET", "/v1/budgets/{ident}"): Case(path_params={"ident": "OTHER_BUDGET"}, team_status=404),
+    ("POST", "/v1/budgets"): Case(
+        body={"name": "b9", "scope": "team=x", "amount": "10"}, admin_only=True
+    ),
+    ("DELETE", "/v1/budgets/{ident}"): Case(path_params={"ident": "b9"}, admin_only=True),
     ("GET", "/dashboards"): Case(shows_team_data=True),  # redirects to the cost page
     ("GET", "/dashboards/cost"): Case(team_param=True, shows_team_data=True),
     ("GET", "/dashboards/speculation"): Case(team_param=True, shows_team_data=True),
@@ -129,7 +135,11 @@ def _call(
 ) -> Any:
     """Call a route with its path parameters filled in; ``OTHER_SESSION`` is a session of
     team ``other``."""
-    values = {"SWEEP": str(seeded.sweep_id), "OTHER_SESSION": f"sess-{other}-1"}
+    values = {
+        "SWEEP": str(seeded.sweep_id),
+        "OTHER_SESSION": f"sess-{other}-1",
+        "OTHER_BUDGET": f"budget-{other}",
+    }
     path = template
     for name, value in case.path_params.items():
         path = path.replace("{" + name + "}", values.get(value, value))

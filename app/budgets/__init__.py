@@ -1,0 +1,1 @@
+"""Budgets per team, cost center, deployment or tag: spend, thresholds, hard limits, forecasts."""

@@ -1,0 +1,55 @@
+"""A deployment with a bill, usage and an allocation: the ground budgets are checked on."""
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from sqlalchemy.orm import Session
+
+from app.allocation.service import run_allocation
+from app.allocation.windowing import Window
+from app.deployments.service import add_deployment, add_replica
+from app.domain.periods import Month
+from ingest.service import IngestOptions, ingest_billing
+from tests.factories import insert_usage, usage_record
+from tests.ingest.helpers import focus_row, write_focus_csv
+
+OCTOBER = Month(2026, 10)
+HOUR_NS = 3600 * 10**9
+
+
+def hour(h: int) -> datetime:
+    return datetime(2026, 10, 1, tzinfo=UTC) + timedelta(hours=h)
+
+
+def register(session: Session) -> None:
+    add_deployment(session, name="d1")
+    add_replica(session, deployment="d1", name="r1", gpus=1, resource_id="i-1")
+
+
+def bill(session: Session, folder: Path, hours: range, cost: str, name: str) -> None:
+    """One GPU row per hour for d1 at ``cost`` (a FOCUS file, ingested)."""
+    rows = [focus_row(hour=h, cost=cost) for h in hours]
+    path = write_focus_csv(folder / f"{name}.csv", rows)
+    ingest_billing(session.connection(), str(path), IngestOptions(source=name))
+
+
+def use(session: Session, hours: range, *, team: str, share: float, **extra: object) -> None:
+    """One request per hour for ``team`` holding ``share`` of the hour's GPU time."""
+    insert_usage(
+        session.connection(),
+        [
+            usage_record(
+                team=team,
+                arrived=hour(h) + timedelta(minutes=10),
+                seconds=60,
+                gpu_ns=int(HOUR_NS * share),
+                **extra,
+            )
+            for h in hours
+        ],
+    )
+
+
+def allocate(session: Session) -> None:
+    run_allocation(session, Window.of_month(OCTOBER), share_idle=False,
+                   tag_key="specledger-deployment")  # fmt: skip
