@@ -2,6 +2,7 @@
 
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy.orm import Session
 
@@ -33,7 +34,7 @@ def bill(session: Session, folder: Path, hours: range, cost: str, name: str) -> 
     ingest_billing(session.connection(), str(path), IngestOptions(source=name))
 
 
-def use(session: Session, hours: range, *, team: str, share: float, **extra: object) -> None:
+def use(session: Session, hours: range, *, team: str, share: float, **extra: Any) -> None:
     """One request per hour for ``team`` holding ``share`` of the hour's GPU time."""
     insert_usage(
         session.connection(),

@@ -12,7 +12,7 @@ from app.alerts import add_webhook
 from app.budgets import service
 from app.budgets.spend import spend
 from app.domain.budgets import BudgetScope
-from app.models import AlertDelivery
+from app.models import AlertDelivery, Budget
 from tests.budgets.helpers import OCTOBER, allocate, bill, hour, register, use
 
 D = 1_000_000  # micros per unit of currency
@@ -147,7 +147,7 @@ def test_bad_budgets_are_refused_and_change_nothing(session, changes, message):
         fields["period"] = PeriodKind(fields["period"])
     with pytest.raises(service.BudgetError, match=message):
         service.create_budget(session, service.NewBudget(**fields))
-    assert session.scalar(select(func.count()).select_from(service.Budget)) == 0
+    assert session.scalar(select(func.count()).select_from(Budget)) == 0
 
 
 def test_a_taken_name_is_a_conflict(session):

@@ -1,0 +1,129 @@
+"""Hard budget limits through the real proxy (fake vLLM; SQLite and PostgreSQL): a team over
+its limit gets 429 while another team's requests pass, and a request in flight finishes."""
+
+import threading
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from pathlib import Path
+
+import httpx
+from sqlalchemy import Engine
+from sqlalchemy.orm import Session
+
+from app.allocation.service import run_allocation
+from app.allocation.windowing import Window
+from app.budgets import service
+from app.domain.budgets import BudgetScope, PeriodKind
+from app.domain.periods import Month
+from serving.proxy.app import ProxyConfig, ReplicaSpec, create_proxy_app
+from tests.budgets.helpers import HOUR_NS, register
+from tests.factories import insert_usage, usage_record
+from tests.ingest.helpers import focus_row, write_focus_csv
+from tests.serving.fake_vllm import FakeVllm
+from tests.serving.proxy_helpers import bearer, proxy_key, serve
+
+D = 1_000_000
+
+
+def _allocated_hour_ago(engine: Engine, folder: Path) -> datetime:
+    """d1 billed 4.00 for one hour a few hours ago, search using half of it, ads a quarter,
+    allocated: search has spent 2.00, ads 1.00. Returns the billed hour."""
+    billed = datetime.now(UTC).replace(minute=0, second=0, microsecond=0) - timedelta(hours=3)
+    month = Month.of(billed)
+    row = focus_row(
+        month=str(month),
+        cost="4.00",
+        ChargePeriodStart=f"{billed:%Y-%m-%dT%H:%M:%SZ}",
+        ChargePeriodEnd=f"{billed + timedelta(hours=1):%Y-%m-%dT%H:%M:%SZ}",
+    )
+    from ingest.service import IngestOptions, ingest_billing
+
+    with Session(engine) as session, session.begin():
+        register(session)
+        path = write_focus_csv(folder / "bill.csv", [row])
+        ingest_billing(session.connection(), str(path), IngestOptions(source="t"))
+        insert_usage(
+            session.connection(),
+            [
+                usage_record(
+                    team=team,
+                    arrived=billed + timedelta(minutes=5),
+                    seconds=60,
+                    gpu_ns=int(HOUR_NS * share),
+                )
+                for team, share in (("search", 0.5), ("ads", 0.25))
+            ],
+        )
+        run_allocation(session, Window.of_month(month), share_idle=False,
+                       tag_key="specledger-deployment")  # fmt: skip
+    return billed
+
+
+def test_a_team_over_its_hard_limit_gets_429_and_another_team_passes(engine, db_url, tmp_path):
+    billed = _allocated_hour_ago(engine, tmp_path)
+    search, ads = proxy_key(engine, "search"), proxy_key(engine, "ads")
+    config = ProxyConfig(
+        replicas=(ReplicaSpec(url="http://fake:8000", deployment="d1", name="r1"),),
+        database_url=db_url,
+        tick_interval_s=0.05,
+        sink_flush_interval_s=0.05,
+        budget_refresh_s=0.1,
+    )
+    body = {"model": "fake-model", "prompt": "hello", "max_tokens": 4}
+    slow = {"model": "fake-model", "prompt": "SLOW story", "max_tokens": 40, "stream": True}
+    streamed: dict[str, object] = {}
+    with (
+        serve(create_proxy_app(config, transport=FakeVllm().transport())) as base,
+        httpx.Client(base_url=base, timeout=30) as client,
+    ):
+        assert client.post("/v1/completions", json=body, headers=bearer(search)).status_code == 200
+
+        def stream() -> None:
+            with client.stream("POST", "/v1/completions", json=slow, headers=bearer(search)) as r:
+                streamed["status"], streamed["body"] = r.status_code, r.read()
+
+        in_flight = threading.Thread(target=stream)
+        in_flight.start()
+        midnight = billed.replace(hour=0)
+        with Session(engine) as session, session.begin():
+            service.create_budget(
+                session,
+                service.NewBudget(
+                    name="search-cap",
+                    scope=BudgetScope.parse("team=search"),
+                    amount_micros=10 * D,
+                    currency="USD",
+                    period=PeriodKind.custom,
+                    start=midnight,
+                    end=midnight + timedelta(days=3),
+                    hard_limit_micros=3 * D // 2,
+                ),
+            )
+        deadline = datetime.now(UTC) + timedelta(seconds=10)
+        while (
+            refused := client.post("/v1/completions", json=body, headers=bearer(search))
+        ).status_code == 200:
+            assert datetime.now(UTC) < deadline, "the hard limit was not enforced"
+        assert client.post("/v1/completions", json=body, headers=bearer(ads)).status_code == 200
+        metrics = client.get("/metrics").text
+        in_flight.join(30)
+    assert refused.status_code == 429
+    answer = refused.json()
+    assert answer["error"]["code"] == "budget_exceeded"
+    assert "search-cap" in answer["error"]["message"]
+    spent = Decimal(answer["budget"]["spent"])  # 2.00 allocated + the proxied requests
+    assert Decimal(2) <= spent < Decimal("2.01")
+    assert answer["budget"] | {"period_end": None, "spent": None} == {
+        "id": answer["budget"]["id"],
+        "name": "search-cap",
+        "scope": "team=search",
+        "currency": "USD",
+        "hard_limit": "1.500000",
+        "spent": None,
+        "period_end": None,
+    }
+    assert int(refused.headers["retry-after"]) > 0
+    assert streamed["status"] == 200  # the request in flight when the limit was hit finished
+    assert isinstance(streamed["body"], bytes)
+    assert streamed["body"].rstrip().endswith(b"data: [DONE]")
+    assert 'specledger_proxy_rejected_requests_total{code="budget_exceeded"}' in metrics
