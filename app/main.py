@@ -11,6 +11,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from app import __version__, migrate
 from app.allocation.router import router as allocation_router
+from app.anomalies.router import router as anomalies_router
 from app.auth.deps import get_principal
 from app.auth.router import router as auth_router
 from app.breakeven.router import router as breakeven_router
@@ -54,6 +55,7 @@ V1_ROUTERS: tuple[APIRouter, ...] = (
     deployments_router,
     billing_router,
     budgets_router,
+    anomalies_router,
 )
 
 

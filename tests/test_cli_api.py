@@ -39,3 +39,32 @@ def test_keys_need_exactly_one_scope(cli_env: str) -> None:
         assert "exactly one" in result.stderr
     missing = runner.invoke(app, ["keys", "revoke", "slk_nothing"])
     assert missing.exit_code == 2
+
+
+def test_proxy_keys_from_the_command_line(cli_env: str, engine: Engine) -> None:
+    created = runner.invoke(
+        app,
+        ["keys", "create", "--proxy", "--team", "search", "--cost-center", "cc-7",
+         "--tags", "app=rag", "--deployments", "smol,big", "--gateway", "--json"],
+    )  # fmt: skip
+    assert created.exit_code == 0, created.output
+    key = json.loads(created.stdout)
+    assert (key["purpose"], key["team"], key["cost_center"]) == ("proxy", "search", "cc-7")
+    assert (key["tags"], key["deployments"], key["gateway"]) == (
+        {"app": "rag"},
+        ["big", "smol"],
+        True,
+    )
+    listed = runner.invoke(app, ["keys", "list"])
+    assert "proxy team=search cost_center=cc-7 deployments=big,smol gateway" in listed.stdout
+    for args, message in (
+        (["--team", "x", "--cost-center", "c"], "--cost-center is for proxy keys"),
+        (["--proxy", "--team", "x", "--tags", "novalue"], "--tags"),
+        (["--proxy", "--admin"], "a proxy key bills one team"),
+        (["--proxy", "--team", "x", "--tags", "specledger.via=key"], "proxy's own"),
+    ):
+        refused = runner.invoke(app, ["keys", "create", *args])
+        assert refused.exit_code == 2, refused.output
+        assert message in " ".join(refused.stderr.split()), refused.stderr
+    with engine.connect() as conn:
+        assert conn.execute(select(ApiKey.id)).all() == [(key["id"],)]  # nothing else stored

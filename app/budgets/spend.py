@@ -37,6 +37,8 @@ class SpendBreakdown:
     start: datetime
     end: datetime
     days: tuple[DaySpend, ...]
+    hours: dict[datetime, tuple[int, int]]
+    """Hours with spend: (ledger, metered) micros by the hour's start."""
     metered_gpu_ns: int
     """GPU time of the usage the ledger does not cover yet (estimated, not allocated)."""
     covered_until: dict[str, datetime]
@@ -66,11 +68,11 @@ def spend(
     session: Session, scope: BudgetScope, start: datetime, end: datetime, *, currency: str
 ) -> SpendBreakdown:
     """The spend of ``scope`` in ``[start, end)``, per UTC day, in ``currency``."""
-    ledger: dict[date, int] = defaultdict(int)
+    ledger: dict[datetime, int] = defaultdict(int)
     for charge_hour, micros in session.execute(_ledger_hours(scope, start, end, currency)):
-        ledger[_as_utc(charge_hour).date()] += int(micros or 0)
+        ledger[_hour_of(_as_utc(charge_hour))] += int(micros or 0)
     covered = _covered_until(session, currency)
-    metered_ns: dict[tuple[str, date], int] = defaultdict(int)
+    metered_ns: dict[tuple[str, datetime], int] = defaultdict(int)
     dialect = session.get_bind().dialect.name
     hour = utc_hour(dialect, UsageRecord.finished_at)
     usage = (
@@ -87,19 +89,26 @@ def spend(
         at = _as_utc(hour_value)
         boundary = covered.get(deployment)
         if boundary is None or at >= boundary:
-            metered_ns[(deployment, at.date())] += int(gpu_ns or 0)
+            metered_ns[(deployment, at)] += int(gpu_ns or 0)
     prices = {
         name: _unit_price(session, scope, name, covered[name], currency)
         for name in {name for name, _ in metered_ns}
         if name in covered
     }
-    metered: dict[date, int] = defaultdict(int)
-    for (deployment, day), gpu_ns in metered_ns.items():
+    metered: dict[datetime, int] = defaultdict(int)
+    for (deployment, at), gpu_ns in metered_ns.items():
         price = prices.get(deployment)
-        metered[day] += price.cost_of(gpu_ns) if price else 0
+        metered[at] += price.cost_of(gpu_ns) if price else 0
+    hours = {
+        at: (ledger.get(at, 0), metered.get(at, 0)) for at in sorted(set(ledger) | set(metered))
+    }
+    by_day: dict[date, list[int]] = defaultdict(lambda: [0, 0])
+    for at, (in_ledger, estimated) in hours.items():
+        by_day[at.date()][0] += in_ledger
+        by_day[at.date()][1] += estimated
     first, last = start.date(), (end - timedelta(microseconds=1)).date()
     days = tuple(
-        DaySpend(day, ledger.get(day, 0), metered.get(day, 0))
+        DaySpend(day, *by_day.get(day, (0, 0)))
         for day in (first + timedelta(days=n) for n in range((last - first).days + 1))
     )
     unpriced = sorted({name for name, _ in metered_ns if prices.get(name) is None})
@@ -107,10 +116,15 @@ def spend(
         start=start,
         end=end,
         days=days,
+        hours=hours,
         metered_gpu_ns=sum(metered_ns.values()),
         covered_until=covered,
         unpriced=tuple(unpriced),
     )
+
+
+def _hour_of(at: datetime) -> datetime:
+    return at.replace(minute=0, second=0, microsecond=0)
 
 
 def _as_utc(value: Any) -> datetime:

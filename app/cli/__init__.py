@@ -5,6 +5,7 @@ import typer
 
 from app.cli import (
     alerts,
+    anomalies,
     api,
     billing,
     breakeven,
@@ -40,6 +41,7 @@ dashboards.register(app)
 proxy.register(app)
 alerts.register(app)
 budgets.register(app)
+anomalies.register(app)
 
 
 def main() -> None:

@@ -14,6 +14,7 @@ from app.cli._support import err, open_engine, user_errors
 from app.db import read_session, unit_of_work
 from app.domain.alerts import PRODUCER_KINDS, AlertKind, DeliveryStatus, WebhookFormat
 from app.settings import get_settings
+from app.watch import check_everything
 
 alerts_app = typer.Typer(
     help="Alerts as signed webhooks (budget thresholds, forecast crossings, anomalies, waste "
@@ -219,6 +220,32 @@ def alerts_deliver(
                 time.sleep(loop)
         except KeyboardInterrupt:
             return
+
+
+@alerts_app.command("check")
+def alerts_check(
+    deliver: Annotated[
+        bool, typer.Option("--deliver", help="Then send what is due (as `alerts deliver`).")
+    ] = False,
+) -> None:
+    """Queue an alert for every current event: budget thresholds reached and forecasts over
+    budget, cost anomalies of the last day and hour (with their drivers), and this month's
+    waste findings. Each event alerts once, so run it from cron as often as you like
+    (e.g. every 15 minutes, with --deliver)."""
+    settings = get_settings()
+    with user_errors(), open_engine(settings) as engine:
+        with unit_of_work(engine) as session:
+            found = check_everything(session, now=datetime.now(UTC), settings=settings)
+        typer.echo(
+            f"queued {found.total} deliveries: {found.budget_alerts} budget, "
+            f"{found.anomaly_alerts} anomaly, {found.waste_alerts} waste"
+        )
+        if deliver:
+            summary = _deliver_once(engine, limit=100, timeout=delivery.DEFAULT_TIMEOUT_SECONDS)
+            typer.echo(
+                f"delivered {summary.delivered}, retrying {summary.retrying}, "
+                f"failed {summary.failed}"
+            )
 
 
 @alerts_app.command("log")

@@ -10,7 +10,7 @@ from sqlalchemy.orm import Session
 
 from app.budgets import service
 from app.budgets.router import read
-from app.cli._support import as_utc, open_engine, out, user_errors
+from app.cli._support import as_utc, open_engine, user_errors
 from app.db import read_session
 from app.domain.budgets import BudgetScope, PeriodKind
 from app.domain.money import decimal_to_micros
@@ -84,7 +84,7 @@ def create(
     ):
         budget = service.create_budget(session, new)
         ident = f"{budget.id} ({budget.name}, {parsed_scope})"
-    out.print(f"created budget {ident}")
+    typer.echo(f"created budget {ident}")
 
 
 def _reports(ident: str | None) -> list[dict[str, Any]]:
@@ -106,7 +106,7 @@ def list_(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] =
         ahead = f"  forecast {forecast['expected_total']}" if forecast else ""
         limit = f"  hard limit {row['hard_limit']}" if row["hard_limit"] else ""
         flag = "  OVER HARD LIMIT" if row["over_hard_limit"] else ""
-        out.print(
+        typer.echo(
             f"{row['id']:>4}  {row['name']:<24} {row['scope']:<24} spent {row['spent']} of "
             f"{row['amount']} {row['currency']} ({row['percent']:.1f}%){ahead}{limit}{flag}"
         )
@@ -122,24 +122,24 @@ def show(
     if as_json:
         typer.echo(json.dumps(row, indent=2))
         return
-    out.print(
+    typer.echo(
         f"{row['name']} ({row['scope']}), {row['period_start'][:10]} to {row['period_end'][:10]}"
     )
-    out.print(
+    typer.echo(
         f"  spent {row['spent']} of {row['amount']} {row['currency']} ({row['percent']:.1f}%): "
         f"ledger {row['ledger']} + metered estimate {row['metered']}"
     )
-    out.print(f"  thresholds {row['thresholds']}, reached {row['reached']}")
+    typer.echo(f"  thresholds {row['thresholds']}, reached {row['reached']}")
     if row["hard_limit"]:
         state = (
             "over it: the proxy refuses new requests" if row["over_hard_limit"] else "not reached"
         )
-        out.print(f"  hard limit {row['hard_limit']}: {state}")
+        typer.echo(f"  hard limit {row['hard_limit']}: {state}")
     if row["unpriced_deployments"]:
-        out.print(f"  not priced yet (no allocation): {', '.join(row['unpriced_deployments'])}")
+        typer.echo(f"  not priced yet (no allocation): {', '.join(row['unpriced_deployments'])}")
     forecast = row["forecast"]
     if forecast:
-        out.print(
+        typer.echo(
             f"  forecast ({forecast['model']}, {forecast['level']:.0%}): {forecast['expected_total']} "
             f"[{forecast['lower_total']}, {forecast['upper_total']}]"
             + (
@@ -161,7 +161,7 @@ def archive(budget: Annotated[str, typer.Argument(help="Budget id or name.")]) -
     ):
         archived = service.archive_budget(session, budget)
         name = archived.name
-    out.print(f"archived budget {name}")
+    typer.echo(f"archived budget {name}")
 
 
 @budgets_app.command("check")
@@ -176,7 +176,7 @@ def check() -> None:
         session.begin(),
     ):
         created = service.raise_alerts(session, now=now)
-    out.print(f"{created} new alert deliveries queued")
+    typer.echo(f"{created} new alert deliveries queued")
 
 
 def register(app: typer.Typer) -> None:

@@ -96,6 +96,7 @@ CASES: dict[tuple[str, str], Case] = {
     ),
     ("POST", "/v1/billing/ingest"): Case(body={"location": "/nonexistent"}, admin_only=True),
     ("GET", "/v1/budgets"): Case(shows_team_data=True),
+    ("GET", "/v1/anomalies"): Case(variants=({"granularity": "hour", "buckets": 3},)),
     ("GET", "/v1/budgets/{ident}"): Case(path_params={"ident": "OTHER_BUDGET"}, team_status=404),
     ("POST", "/v1/budgets"): Case(
         body={"name": "b9", "scope": "team=x", "amount": "10"}, admin_only=True
