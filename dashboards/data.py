@@ -6,17 +6,21 @@ cost belong to no team, so a team's frames have none. Times are aware UTC; money
 micros. The frames' columns are the ones :mod:`dashboards.figures` documents.
 """
 
-from datetime import UTC, datetime
+import itertools
+from datetime import UTC, datetime, timedelta
 
 import pandas as pd
 from sqlalchemy import Engine, func, select
 
+from app.budgets import service as budgets
 from app.db import read_session, utc_hour
 from app.domain.ledger import CostLabel, EntryKind
+from app.domain.money import format_micros
 from app.domain.periods import Month
 from app.ledger.reconcile import reconcile
 from app.ledger.repository import allocated_months, current_run_id
 from app.models import LedgerRollup, UsageRecord
+from dashboards.figures import BudgetView
 from dashboards.session_seconds import hourly_query, longest_span_query
 
 """Bootstrap replicates when a sweep has no stored fit and the dashboard fits it (a few s)."""
@@ -268,3 +272,45 @@ def reconciliation_frame(engine: Engine, *, month: str, team: str | None = None)
 
 
 # ------------------------------------------------------------------------------ breakeven
+
+
+def budget_views(engine: Engine, *, month: str, team: str | None = None) -> list[BudgetView]:
+    """Every live budget (a team's own only) as it stood in ``month``: now for the current
+    month, the month's last moment for a past one (its period then is that month)."""
+    chosen = Month.parse(month)
+    now = min(datetime.now(UTC), chosen.end - timedelta(seconds=1))
+    views = []
+    with read_session(engine) as session:
+        for budget in budgets.list_budgets(session, team=team):
+            result = budgets.report(session, budget, now=now)
+            forecast = result.forecast
+            start_day, end_day = result.period_start.date(), budgets.end_day(result.period_end)
+            elapsed = [
+                d
+                for d in result.spend.days
+                if start_day <= d.day < min(now.date() + timedelta(days=1), end_day)
+            ]
+            spent = list(itertools.accumulate(d.total_micros for d in elapsed))
+            views.append(
+                BudgetView(
+                    title=(
+                        f"{budget.name} ({result.scope}): {result.state.percent:.0f}% of "
+                        f"{format_micros(budget.amount_micros)} {budget.currency} spent"
+                    ),
+                    currency=budget.currency,
+                    amount_micros=budget.amount_micros,
+                    hard_limit_micros=budget.hard_limit_micros,
+                    actual=pd.DataFrame(
+                        {"day": [pd.Timestamp(d.day) for d in elapsed], "spent_micros": spent}
+                    ),
+                    forecast=pd.DataFrame(
+                        [
+                            (pd.Timestamp(d.day), d.expected_micros, d.lower_micros, d.upper_micros)
+                            for d in (forecast.days if forecast else ())
+                        ],
+                        columns=["day", "expected_micros", "lower_micros", "upper_micros"],
+                    ),
+                    level=forecast.level if forecast else None,
+                )
+            )
+    return views

@@ -8,6 +8,7 @@ hover labels carry the exact decimal amount. An empty frame gives a figure that 
 
 import math
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from decimal import Decimal
 
 import pandas as pd
@@ -652,3 +653,48 @@ def _ordered_tiers(names: Sequence[object]) -> list[str]:
     known = ("prototype", "scaled", "enterprise")
     found = {str(n) for n in names}
     return [t for t in known if t in found] + sorted(found - set(known))
+
+
+@dataclass(frozen=True)
+class BudgetView:
+    """One budget's period for :func:`budget_burn_figure`: cumulative spend per elapsed day
+    (``day``, ``spent_micros``) and the forecast per remaining day (``day``,
+    ``expected_micros``, ``lower_micros``, ``upper_micros``)."""
+
+    title: str
+    currency: str
+    amount_micros: int
+    hard_limit_micros: int | None
+    actual: pd.DataFrame
+    forecast: pd.DataFrame
+    level: float | None
+
+
+def budget_burn_figure(view: BudgetView) -> go.Figure:
+    """Burn-up of a budget: cumulative spend so far, the forecast with its interval to the
+    period's end, and the budget (and hard limit) as lines."""
+    fig = _figure(view.title)
+    if view.actual.empty and view.forecast.empty:
+        return empty_figure(view.title)
+    to_units = 1e-6
+    if not view.forecast.empty:
+        days = list(view.forecast["day"])
+        label = f"{view.level:.0%} interval" if view.level else "interval"
+        fig.add_scatter(name=label, x=days, y=list(view.forecast["upper_micros"] * to_units),
+                        mode="lines", line={"width": 0}, showlegend=False, hoverinfo="skip")  # fmt: skip
+        fig.add_scatter(name=label, x=days, y=list(view.forecast["lower_micros"] * to_units),
+                        mode="lines", line={"width": 0}, fill="tonexty",
+                        fillcolor="rgba(47, 75, 124, 0.15)")  # fmt: skip
+        fig.add_scatter(name="forecast", x=days, y=list(view.forecast["expected_micros"] * to_units),
+                        mode="lines", line={"dash": "dot", "color": _PALETTE[0]})  # fmt: skip
+    if not view.actual.empty:
+        fig.add_scatter(name="spent", x=list(view.actual["day"]),
+                        y=list(view.actual["spent_micros"] * to_units), mode="lines+markers",
+                        line={"color": _PALETTE[0]})  # fmt: skip
+    fig.add_hline(y=view.amount_micros * to_units, line_dash="dash", line_color="#e67e22",
+                  annotation_text=f"budget {_money(view.amount_micros)}")  # fmt: skip
+    if view.hard_limit_micros is not None:
+        fig.add_hline(y=view.hard_limit_micros * to_units, line_color="#c0392b",
+                      annotation_text=f"hard limit {_money(view.hard_limit_micros)}")  # fmt: skip
+    fig.update_layout(yaxis={"title": view.currency, "rangemode": "tozero"})
+    return fig

@@ -26,6 +26,7 @@ PAGES: dict[str, str] = {
     "breakeven": "Breakeven",
     "speculation": "Speculation health",
     "tiers": "Tiers",
+    "budgets": "Budgets",
 }
 """Page name (URL path and file stem) -> title, in navigation order."""
 
@@ -341,3 +342,23 @@ def tiers_page(
         cards.append(_card(_claims_table(quoted), wide=True))
     cards.append(_card("<div class=note>" + "<br>".join(notes) + "</div>", wide=True))
     return render(ctx, "tiers", cards)
+
+
+def budgets_page(ctx: PageContext, *, views: Sequence[figures.BudgetView]) -> str:
+    """A burn-up per budget: spend so far, the period-end forecast and its interval, the
+    budget and the hard limit."""
+    cards = [
+        _card(figure_html(figures.budget_burn_figure(view), f"budget-{index}"), wide=True)
+        for index, view in enumerate(views)
+    ] or [
+        _card(
+            "<p>No budgets yet. Create one with <code>specledger budgets create NAME "
+            "--scope team=T --amount 1000</code> or <code>POST /v1/budgets</code>.</p>"
+        )
+    ]
+    intro = (
+        "Spend is the ledger where it has allocated, plus metered GPU-seconds at the "
+        "deployment's latest unit cost since; the forecast is a linear trend with "
+        "day-of-week levels and AR(1) errors, with its prediction interval."
+    )
+    return render(ctx, "budgets", cards, intro=intro)

@@ -1,4 +1,5 @@
-"""The dashboards as HTML pages of the API app: ``/dashboards/{cost,breakeven,speculation,tiers}``.
+"""The dashboards as HTML pages of the API app:
+``/dashboards/{cost,breakeven,speculation,tiers,budgets}``.
 
 Mount with ``app.include_router(router)``. Pages need the app's engine (``request.state.engine``,
 as :func:`app.deps.get_engine` reads it) and an API key, like every other route:
@@ -204,3 +205,13 @@ def tiers(
         measured=frames.measured,
         catalog_found=frames.catalog_found,
     )
+
+
+@router.get("/budgets", response_class=HTMLResponse)
+def budgets(
+    request: Request, engine: EngineDep, team: DashboardTeam, month: _MonthQuery = None
+) -> str:
+    """Each budget's burn-up with the forecast to its period's end (a team's own only)."""
+    chosen = _month(engine, month)
+    ctx = _context(request, chosen, team, _is_admin_view(request))
+    return pages.budgets_page(ctx, views=data.budget_views(engine, month=chosen, team=team))

@@ -83,6 +83,9 @@ def export_pages(
             measured=tiers.measured,
             catalog_found=tiers.catalog_found,
         ),
+        "budgets": pages.budgets_page(
+            ctx, views=data.budget_views(engine, month=chosen, team=team)
+        ),
     }
     for name, text in rendered.items():
         path = out_dir / f"{name}.html"

@@ -17,8 +17,10 @@ from sqlalchemy.orm import Session
 
 from app.allocation.service import run_allocation
 from app.allocation.windowing import Window
+from app.budgets import service as budgets
 from app.db import unit_of_work
 from app.deployments.service import add_deployment, add_replica
+from app.domain.budgets import BudgetScope, ScopeKind
 from app.domain.periods import Month
 from app.models import Sweep, SweepPointRecord
 from ingest.service import IngestOptions, ingest_billing
@@ -184,4 +186,16 @@ def seed_month(engine: Engine, folder: Path) -> Seeded:
             tag_key="specledger-deployment",
         )
     bill = sum(round(float(r["EffectiveCost"]) * 10**6) for r in rows)
+    with unit_of_work(engine) as session:
+        for team in TEAMS:  # a budget per team: the budgets page shows each team its own
+            budgets.create_budget(
+                session,
+                budgets.NewBudget(
+                    name=f"{team}-monthly",
+                    scope=BudgetScope(ScopeKind.team, team),
+                    amount_micros=500 * 10**6,
+                    currency="USD",
+                    hard_limit_micros=600 * 10**6,
+                ),
+            )
     return Seeded(month=MONTH, sweep_id=add_sweep(engine), bill_micros=bill)
