@@ -28,10 +28,12 @@ from app.allocation.engine import PlanEngine
 from app.allocation.service import run_allocation
 from app.allocation.windowing import Window
 from app.auth.service import ProxyKeyOptions, create_key
+from app.budgets.service import NewBudget, create_budget, list_budgets
 from app.catalog import instance_prices
 from app.cli._support import err, open_engine, user_errors
 from app.db import read_session, unit_of_work
 from app.deployments.service import add_deployment, add_replica
+from app.domain.budgets import BudgetScope, ScopeKind
 from app.domain.ledger import Dimension
 from app.domain.periods import Month
 from app.ledger.costs import unit_costs
@@ -123,8 +125,31 @@ def run_demo(
             tag_key=settings.billing_tag_key,
             engine=PlanEngine.of(settings),
         )
+    _budgets(engine, settings)
     result.summary = _summary(engine, Month.of(started))
     return result
+
+
+DEMO_BUDGET_MICROS = 2_000_000
+"""Each demo team's monthly budget: a few dollars, so the one-hour bill shows on the
+budgets page."""
+
+
+def _budgets(engine: Engine, settings: Settings) -> None:
+    """A monthly budget per demo team (kept across runs)."""
+    with unit_of_work(engine) as session:
+        existing = {b.name for b in list_budgets(session)}
+        for team in TEAMS:
+            if f"demo-{team}" not in existing:
+                create_budget(
+                    session,
+                    NewBudget(
+                        name=f"demo-{team}",
+                        scope=BudgetScope(ScopeKind.team, team),
+                        amount_micros=DEMO_BUDGET_MICROS,
+                        currency=settings.default_currency,
+                    ),
+                )
 
 
 def _register(engine: Engine) -> None:
