@@ -23,7 +23,7 @@ def anomalies(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Cost anomalies per deployment and team, newest first, each with the drivers that
-    moved it, in money (seasonal medians with a MAD threshold; see app/domain/anomalies.py).
+    moved it, in money (seasonal medians with a MAD threshold; see app/domain/anomalies/).
     Use `specledger alerts check` to alert on them."""
     settings = get_settings()
     with user_errors(), open_engine(settings) as engine, read_session(engine) as session:

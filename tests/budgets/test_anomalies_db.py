@@ -39,10 +39,10 @@ def _six_weeks(session: Session, folder: Path) -> None:
                 ChargePeriodEnd=f"{start + timedelta(days=1):%Y-%m-%dT%H:%M:%SZ}",
             )
         )
-    for month in ("2026-10", "2026-11"):
-        mine = [r for r in rows if r["ChargePeriodStart"].startswith(month)]
-        path = write_focus_csv(folder / f"{month}.csv", mine)
-        ingest_billing(session.connection(), str(path), IngestOptions(source=month))
+    for name in ("2026-10", "2026-11"):
+        mine = [r for r in rows if r["ChargePeriodStart"].startswith(name)]
+        path = write_focus_csv(folder / f"{name}.csv", mine)
+        ingest_billing(session.connection(), str(path), IngestOptions(source=name))
     rng = random.Random(3)
     usage = []
     for day in range(DAYS):
