@@ -74,6 +74,7 @@ def _targets(
     proxies: list[str],
     *,
     base: EngineConfig,
+    proxy_key: str | None = None,
     k: int,
     draft_model: Path,
     allow_empty: bool = False,
@@ -91,6 +92,7 @@ def _targets(
                 method=n,
                 k=0 if n == "none" else k,
                 url=url,
+                api_key=proxy_key,
             )
             for n, url in zip(names, proxies, strict=True)
         ]
@@ -172,6 +174,14 @@ def sweep(
         typer.Option(
             help="Drive this running proxy or server instead of starting engines (one per --spec "
             "config, same order)."
+        ),
+    ] = None,
+    proxy_key: Annotated[
+        str | None,
+        typer.Option(
+            envvar="SPECLEDGER_PROXY_KEY",
+            help="The proxy key (slk_...) a running --proxy expects; the sweep's traffic is "
+            "billed to its team. Also read from SPECLEDGER_PROXY_KEY.",
         ),
     ] = None,
     route_by_load: Annotated[
@@ -266,6 +276,7 @@ def sweep(
                 k=k,
                 draft_model=draft,
                 allow_empty=route_by_load is not None,
+                proxy_key=proxy_key,
             )
             if route_by_load is not None:
                 targets.append(

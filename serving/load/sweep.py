@@ -60,6 +60,9 @@ class SweepTarget:
     engine: EngineConfig | None = None
     url: str | None = None
     """A running proxy or vLLM server (then nothing is started)."""
+    api_key: str | None = None
+    """The key the running proxy (or server) at ``url`` expects, sent as a bearer token;
+    a sweep's own proxy serves its load-test traffic without one."""
     plain_engine: EngineConfig | None = None
     speculate_up_to: int | None = None
     """Routing by load: ``engine`` speculates, ``plain_engine`` does not, and the proxy sends
@@ -198,6 +201,7 @@ def metering_proxy(
         "--port",
         str(port),
         "--no-db",
+        "--allow-anonymous",  # load-test traffic: metered to a file, billed to no team
         "--jsonl",
         str(work_dir / f"{engine.name}.usage.jsonl"),
         "--log-level",
@@ -254,7 +258,8 @@ async def _run_levels(
     for level in levels:
         limits = httpx.Limits(max_connections=level + 4, max_keepalive_connections=level + 4)
         timeout = httpx.Timeout(600.0, connect=10.0)
-        async with httpx.AsyncClient(timeout=timeout, limits=limits) as client:
+        headers = {"Authorization": f"Bearer {target.api_key}"} if target.api_key else {}
+        async with httpx.AsyncClient(timeout=timeout, limits=limits, headers=headers) as client:
             model = await _served_model(client, base_url)
 
             def report(done: int, level: int = level) -> None:

@@ -107,6 +107,7 @@ CASES: dict[tuple[str, str], Case] = {
     ("GET", "/dashboards/speculation"): Case(team_param=True, shows_team_data=True),
     ("GET", "/dashboards/breakeven"): Case(team_param=True),
     ("GET", "/dashboards/tiers"): Case(team_param=True),
+    ("GET", "/dashboards/budgets"): Case(team_param=True, shows_team_data=True),
     ("GET", "/dashboards/assets/plotly.min.js"): Case(static=True),
 }
 

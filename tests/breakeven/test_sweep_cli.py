@@ -10,13 +10,13 @@ from typer.testing import CliRunner
 
 from app.breakeven.sweep_file import read_sweep_file
 from app.cli import app
-from app.models import Sweep, SweepPointRecord
+from app.models import Sweep, SweepPointRecord, UsageRecord
 from serving.engine.config import EngineConfig
 from serving.load import sweep as sweep_module
 from serving.load.sweep import SweepError, SweepTarget, engine_for_method, sweep_target
 from serving.proxy.app import ProxyConfig, ReplicaSpec, create_proxy_app
 from tests.serving.fake_vllm import FakeVllm
-from tests.serving.proxy_helpers import serve
+from tests.serving.proxy_helpers import proxy_key, serve
 
 runner = CliRunner()
 
@@ -41,9 +41,10 @@ def test_sweep_drives_a_running_proxy_and_stores_the_sweep(
     cli_env: str, engine: Engine, tmp_path: Path
 ) -> None:
     fake = FakeVllm(k=4, slow_chunk_s=0.01)
+    key = proxy_key(engine, "load-test")
     config = ProxyConfig(
         replicas=(ReplicaSpec(url="http://fake:8000", spec_method="ngram", spec_k=4),),
-        database_url=None,
+        database_url=cli_env,
         jsonl_path=tmp_path / "usage.jsonl",
         tick_interval_s=0.05,
         sink_flush_interval_s=0.05,
@@ -69,6 +70,8 @@ def test_sweep_drives_a_running_proxy_and_stores_the_sweep(
                 str(_prompts(tmp_path / "p.jsonl")),
                 "--out",
                 str(out),
+                "--proxy-key",
+                key,
             ],
         )
     assert result.exit_code == 0, result.output
@@ -93,6 +96,9 @@ def test_sweep_drives_a_running_proxy_and_stores_the_sweep(
         assert conn.execute(select(func.count()).select_from(Sweep)).scalar() == 1
         assert conn.execute(select(func.count()).select_from(SweepPointRecord)).scalar() == 6
     assert (tmp_path / "usage.jsonl").read_text().count("\n") >= 6 * 3  # metered by the proxy
+    with engine.connect() as conn:  # and billed to the key's team
+        teams = conn.execute(select(UsageRecord.team).distinct()).scalars().all()
+    assert teams == ["load-test"]
     # Fitting the CSV the sweep wrote refits that sweep rather than storing a copy.
     refit = runner.invoke(app, ["breakeven", "fit", str(out), "--json", "--bootstrap", "0"])
     assert refit.exit_code == 0, refit.output
