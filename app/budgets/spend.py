@@ -13,7 +13,7 @@ from app.db import utc_hour
 from app.domain.budgets import BudgetScope, ScopeKind, UnitPrice
 from app.domain.ledger import EntryKind
 from app.ledger.repository import current_run_ids
-from app.models import LedgerEntry, LedgerRollup, UsageRecord
+from app.models import AllocationRun, LedgerEntry, LedgerRollup, UsageRecord
 
 PRICE_WINDOW = timedelta(days=1)
 """The unit cost used for metered usage comes from the ledger's last allocated day."""
@@ -71,7 +71,11 @@ def spend(
     ledger: dict[datetime, int] = defaultdict(int)
     for charge_hour, micros in session.execute(_ledger_hours(scope, start, end, currency)):
         ledger[_hour_of(_as_utc(charge_hour))] += int(micros or 0)
-    covered = _covered_until(session, currency)
+    # A cost center's or tag's ledger part joins entries to usage in the database, so hours
+    # allocated into a Parquet store are not covered for them: they stay metered.
+    covered = _covered_until(
+        session, currency, in_database_only=scope.kind in (ScopeKind.cost_center, ScopeKind.tag)
+    )
     metered_ns: dict[tuple[str, datetime], int] = defaultdict(int)
     dialect = session.get_bind().dialect.name
     hour = utc_hour(dialect, UsageRecord.finished_at)
@@ -192,11 +196,16 @@ def _ledger_hours(
     )
 
 
-def _covered_until(session: Session, currency: str) -> dict[str, datetime]:
+def _covered_until(
+    session: Session, currency: str, *, in_database_only: bool
+) -> dict[str, datetime]:
+    runs = current_run_ids()
+    if in_database_only:
+        runs = runs.where(AllocationRun.store_uri.is_(None))
     query = (
         select(LedgerRollup.deployment, func.max(LedgerRollup.charge_period_end))
         .where(
-            LedgerRollup.run_id.in_(current_run_ids()),
+            LedgerRollup.run_id.in_(runs),
             LedgerRollup.deployment.is_not(None),
             LedgerRollup.kind.in_([EntryKind.request, EntryKind.idle]),
             LedgerRollup.currency == currency,
