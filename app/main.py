@@ -22,7 +22,7 @@ from app.deployments.router import router as deployments_router
 from app.deps import session_makers
 from app.errors import install_error_handlers
 from app.ledger.router import router as ledger_router
-from app.ops import MetricsMiddleware, RequestMetrics
+from app.ops import MetricsMiddleware, RequestMetrics, redact_keys_in_access_log
 from app.ops import router as ops_router
 from app.settings import Settings, get_settings
 from app.usage.router import router as usage_router
@@ -70,6 +70,7 @@ class State(TypedDict):
 def create_app(settings: Settings | None = None) -> FastAPI:
     """Build the app; the engine is created when it starts and disposed when it stops."""
     settings = settings or get_settings()
+    redact_keys_in_access_log()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[State]:

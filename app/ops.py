@@ -1,6 +1,8 @@
 """Operations endpoints (no key needed): liveness, readiness, Prometheus metrics; and the
 request metrics middleware that feeds them."""
 
+import logging
+import re
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -143,3 +145,26 @@ def metrics(request: Request) -> Response:
     """Prometheus metrics of this process."""
     collectors: RequestMetrics = request.app.state.request_metrics
     return Response(generate_latest(collectors.registry), media_type=CONTENT_TYPE_LATEST)
+
+
+_KEY_IN_QUERY = re.compile(r"((?:^|[?&])key=)[^&\s]*")
+
+
+class RedactKeysInAccessLog(logging.Filter):
+    """Keeps API keys out of the access log: a dashboard opened with ``?key=slk_...`` is
+    logged as ``?key=REDACTED`` (uvicorn logs the whole request line)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple) and record.args:
+            record.args = tuple(
+                _KEY_IN_QUERY.sub(r"\1REDACTED", arg) if isinstance(arg, str) else arg
+                for arg in record.args
+            )
+        return True
+
+
+def redact_keys_in_access_log() -> None:
+    """Install :class:`RedactKeysInAccessLog` on uvicorn's access logger (once)."""
+    access = logging.getLogger("uvicorn.access")
+    if not any(isinstance(f, RedactKeysInAccessLog) for f in access.filters):
+        access.addFilter(RedactKeysInAccessLog())

@@ -126,7 +126,8 @@ _MonthQuery = Annotated[
 @router.get("", response_class=RedirectResponse)
 def index(request: Request, team: DashboardTeam) -> RedirectResponse:
     """The dashboards start at the cost page."""
-    query = request.url.query
+    # The key is in the cookie by now: not in the next URL (nor in history or logs).
+    query = urlencode([(k, v) for k, v in request.query_params.multi_items() if k != "key"])
     return RedirectResponse(f"{router.prefix}/cost" + (f"?{query}" if query else ""), 303)
 
 

@@ -68,3 +68,24 @@ def test_proxy_keys_from_the_command_line(cli_env: str, engine: Engine) -> None:
         assert message in " ".join(refused.stderr.split()), refused.stderr
     with engine.connect() as conn:
         assert conn.execute(select(ApiKey.id)).all() == [(key["id"],)]  # nothing else stored
+
+
+def test_a_blank_team_is_no_team(cli_env: str) -> None:
+    refused = runner.invoke(app, ["keys", "create", "--team", "  "])
+    assert refused.exit_code == 2
+    assert "exactly one" in refused.stderr
+
+
+def test_keys_in_a_query_string_never_reach_the_access_log() -> None:
+    import logging
+
+    from app.ops import RedactKeysInAccessLog
+
+    record = logging.LogRecord(
+        "uvicorn.access", logging.INFO, "", 0, '%s - "%s %s HTTP/%s" %d',
+        ("1.2.3.4", "GET", "/dashboards/cost?month=2026-10&key=slk_secret&team=a", "1.1", 200),
+        None,
+    )  # fmt: skip
+    assert RedactKeysInAccessLog().filter(record)
+    assert "slk_secret" not in record.getMessage()
+    assert "key=REDACTED&team=a" in record.getMessage()

@@ -75,7 +75,7 @@ def create_key(
         ApiKeyError: If both or neither of ``team`` and ``admin`` are given, a proxy key
             has no team, or a proxy tag uses the reserved prefix.
     """
-    team = team.strip() if team else None
+    team = (team or "").strip() or None  # a blank team is no team, never "every team"
     if admin == (team is not None):
         raise ApiKeyError(
             "a key has either admin scope or one team's scope: give exactly one "

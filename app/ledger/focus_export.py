@@ -212,7 +212,7 @@ def _single_entries(run_id: int, team: str | None) -> Select[Any]:
         .where(
             LedgerEntry.run_id == run_id,
             LedgerEntry.billing_row_id.is_not(None),
-            *([LedgerEntry.team == team] if team else []),
+            *([LedgerEntry.team == team] if team is not None else []),
         )
         .order_by(LedgerEntry.billing_row_id, *_ENTRY_ORDER)
     )
@@ -257,7 +257,7 @@ def _adjustments(run_id: int, team: str | None) -> Select[*tuple[Any, ...]]:
             LedgerEntry.run_id == run_id,
             LedgerEntry.billing_row_id.is_(None),
             LedgerEntry.pool_id.is_(None),
-            *([LedgerEntry.team == team] if team else []),
+            *([LedgerEntry.team == team] if team is not None else []),
         )
         .order_by(
             LedgerEntry.corrects_month,

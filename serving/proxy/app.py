@@ -189,11 +189,12 @@ async def _refresh_forever(refresh: Callable[[], object], every_s: float, what: 
 
 async def _models(state: ProxyState, request: Request) -> Response:
     try:
-        await attribution_of(state, request.headers)
+        grant = (await attribution_of(state, request.headers)).grant
     except AttributionRefused as exc:
         state.metrics.rejected(exc.code)
         return JSONResponse(error_body(exc.code, exc.message), status_code=exc.status)
     headers = forward_headers(request.headers)
+    replicas = [r for r in state.replicas if grant is None or grant.may_use(r.spec.deployment)]
 
     async def fetch(replica: ReplicaState) -> list[dict[str, Any]] | None:
         try:
@@ -204,8 +205,8 @@ async def _models(state: ProxyState, request: Request) -> Response:
         except (httpx.HTTPError, ValueError, AttributeError):
             return None
 
-    answers = await asyncio.gather(*(fetch(r) for r in state.replicas))
-    if all(answer is None for answer in answers):
+    answers = await asyncio.gather(*(fetch(r) for r in replicas))
+    if answers and all(answer is None for answer in answers):
         return JSONResponse(
             error_body("upstream_unavailable", "no model server answered"), status_code=503
         )

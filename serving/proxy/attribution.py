@@ -65,6 +65,7 @@ def _header(name: str, value: str | None) -> str | None:
 def attribute(
     grant: ProxyGrant | None,
     *,
+    protected_tags: frozenset[str] = frozenset(),
     session_id: str | None,
     team: str | None,
     cost_center: str | None,
@@ -73,7 +74,8 @@ def attribute(
 ) -> Attribution:
     """Attribution of a request that presented ``grant`` (None: no key, and the proxy allows
     anonymous requests), from its ``X-Session-Id``, ``X-Team``, ``X-Cost-Center`` and
-    ``X-Tags`` header values (None when absent).
+    ``X-Tags`` header values (None when absent). ``protected_tags`` are the tag keys that
+    some proxy key sets: only those keys' requests carry them, so a header cannot.
 
     Raises:
         AttributionRefused: 400 for a malformed header or a reserved tag; 401 for an
@@ -115,6 +117,10 @@ def attribute(
                 f"this key bills cost center {grant.cost_center!r}; X-Cost-Center cannot change it"
             )
         billed_team, billed_center, via = grant.team, grant.cost_center, "key"
+    own = grant.tags if grant is not None else {}
+    taken = sorted(k for k in asked_tags if k in protected_tags and k not in own)
+    if taken:
+        raise _forbidden(f"tag {taken[0]!r} is set by proxy keys; X-Tags cannot set it")
     tags = dict(asked_tags)
     if grant is not None:
         for key, value in grant.tags.items():

@@ -13,6 +13,7 @@ from __future__ import annotations
 import threading
 import time
 
+import anyio
 from sqlalchemy import Engine
 
 from app.auth.service import KEY_MARK, hash_key, keys_fingerprint, proxy_grants
@@ -30,6 +31,10 @@ class KeyRing:
         self._lock = threading.Lock()
         self._checked_at = float("-inf")
         """When the latest check began (monotonic seconds)."""
+        self.protected_tags: frozenset[str] = frozenset()
+        """Tag keys that some live key sets: a header may not set them (a budget on such a
+        tag counts the requests of the keys that set it, and only those)."""
+        self._miss_limiter: anyio.CapacityLimiter | None = None
 
     def refresh(self, *, unless_checked_since: float | None = None) -> bool:
         """Reload the grants if the keys changed (True if they did); with
@@ -45,9 +50,18 @@ class KeyRing:
             fingerprint = keys_fingerprint(session)
             if fingerprint == self._fingerprint:
                 return False
-            self._grants = proxy_grants(session)
+            grants = proxy_grants(session)
+            self._grants = grants
+            self.protected_tags = frozenset(k for g in grants.values() for k in g.tags)
             self._fingerprint = fingerprint
             return True
+
+    @property
+    def miss_limiter(self) -> anyio.CapacityLimiter:
+        """One thread at most for the checks that unknown keys trigger."""
+        if self._miss_limiter is None:
+            self._miss_limiter = anyio.CapacityLimiter(1)
+        return self._miss_limiter
 
     def lookup(self, secret: str) -> ProxyGrant | None:
         """The grant of a presented key, from memory (None: unknown or revoked)."""

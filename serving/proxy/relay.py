@@ -22,7 +22,9 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.types import Send
 
+from app.auth.service import KEY_MARK
 from app.budgets.service import OverLimit
+from app.domain.budgets import BudgetScope, ScopeKind
 from app.domain.money import format_micros
 from app.domain.usage import UsageStatus
 from serving.proxy.attribution import Attribution, AttributionRefused, attribute
@@ -60,27 +62,40 @@ def error_body(code: str, message: str) -> dict[str, Any]:
     return {"error": {"message": message, "type": code, "param": None, "code": code}}
 
 
+_CREDENTIAL_HEADERS = frozenset({"authorization", "x-api-key"})
+
+
 def forward_headers(headers: Mapping[str, str]) -> dict[str, str]:
-    """The request headers to send upstream: no hop-by-hop header, and never a SpecLedger key
-    (it is the proxy's to check, not the model server's to see)."""
+    """The request headers to send upstream: no hop-by-hop header, and no credential header
+    holding a SpecLedger key in any form (it is the proxy's to check, not the model
+    server's to see)."""
     return {
         k: v
         for k, v in headers.items()
-        if k.lower() not in _HOP_BY_HOP and not looks_like_key(presented_key({k: v}) or "")
-    }  # presented_key of the one header: is it a credential, and a SpecLedger key?
+        if k.lower() not in _HOP_BY_HOP and not (k.lower() in _CREDENTIAL_HEADERS and KEY_MARK in v)
+    }
 
 
 def presented_key(headers: Mapping[str, str]) -> str | None:
-    """The credential a request presents: ``Authorization: Bearer <key>`` or ``X-API-Key``."""
+    """The credential a request presents: ``Authorization: Bearer <key>`` or ``X-API-Key``.
+
+    Raises:
+        AttributionRefused: 401 when the two headers present different credentials.
+    """
+    found: set[str] = set()
     for name, value in headers.items():
         lowered = name.lower()
         if lowered == "authorization":
             scheme, _, credential = value.strip().partition(" ")
             if scheme.lower() == "bearer" and credential.strip():
-                return credential.strip()
+                found.add(credential.strip())
         elif lowered == "x-api-key" and value.strip():
-            return value.strip()
-    return None
+            found.add(value.strip())
+    if len(found) > 1:
+        raise AttributionRefused(
+            401, "invalid_api_key", "Authorization and X-API-Key present different keys"
+        )
+    return next(iter(found), None)
 
 
 async def attribution_of(state: ProxyState, headers: Mapping[str, str]) -> Attribution:
@@ -99,9 +114,16 @@ async def attribution_of(state: ProxyState, headers: Mapping[str, str]) -> Attri
         grant = keyring.lookup(secret)
         if grant is None:  # perhaps created since the last poll
             asked_at = time.monotonic()
-            await anyio.to_thread.run_sync(
-                functools.partial(keyring.refresh, unless_checked_since=asked_at)
-            )
+            try:  # one check at a time, in a thread of its own: misses cannot starve others
+                await anyio.to_thread.run_sync(
+                    functools.partial(keyring.refresh, unless_checked_since=asked_at),
+                    limiter=keyring.miss_limiter,
+                )
+            except Exception:
+                log.exception("checking an unknown proxy key failed")
+                raise AttributionRefused(
+                    503, "keys_unavailable", "the proxy cannot check keys right now; retry"
+                ) from None
             grant = keyring.lookup(secret)
         if grant is None:
             raise AttributionRefused(401, "invalid_api_key", "invalid or revoked proxy key")
@@ -114,6 +136,7 @@ async def attribution_of(state: ProxyState, headers: Mapping[str, str]) -> Attri
         )
     return attribute(
         grant,
+        protected_tags=keyring.protected_tags if keyring is not None else frozenset(),
         session_id=headers.get(SESSION_HEADER),
         team=headers.get("X-Team"),
         cost_center=headers.get("X-Cost-Center"),
@@ -233,21 +256,30 @@ async def _relay(
 
 def _over_budget(over: OverLimit, attribution: Attribution) -> JSONResponse:
     """429: the request's scope is over a budget's hard limit until the period ends."""
-    limit, spent = format_micros(over.hard_limit_micros), format_micros(over.spent_micros)
-    body = error_body(
-        "budget_exceeded",
-        f"budget {over.name!r} ({over.scope}) is over its hard limit: spent {spent} of "
-        f"{limit} {over.currency} in the period ending {over.period_end:%Y-%m-%dT%H:%M:%SZ}",
-    )
-    body["budget"] = {
-        "id": over.budget_id,
-        "name": over.name,
-        "scope": str(over.scope),
-        "currency": over.currency,
-        "hard_limit": limit,
-        "spent": spent,
-        "period_end": over.period_end.isoformat().replace("+00:00", "Z"),
-    }
+    period_end = over.period_end.isoformat().replace("+00:00", "Z")
+    if over.scope == BudgetScope(ScopeKind.team, attribution.team or ""):
+        limit, spent = format_micros(over.hard_limit_micros), format_micros(over.spent_micros)
+        message = (
+            f"budget {over.name!r} ({over.scope}) is over its hard limit: spent {spent} of "
+            f"{limit} {over.currency} in the period ending {period_end}"
+        )
+        budget: dict[str, Any] = {
+            "id": over.budget_id,
+            "name": over.name,
+            "scope": str(over.scope),
+            "currency": over.currency,
+            "hard_limit": limit,
+            "spent": spent,
+            "period_end": period_end,
+        }
+    else:  # a budget the caller's team may not read: only that one binds, and until when
+        message = (
+            f"a {over.scope.kind} budget this request falls under is over its hard limit "
+            f"until {period_end}"
+        )
+        budget = {"scope_kind": str(over.scope.kind), "period_end": period_end}
+    body = error_body("budget_exceeded", message)
+    body["budget"] = budget
     retry_after = max(1, int((over.period_end - datetime.now(UTC)).total_seconds()))
     return JSONResponse(
         body,
@@ -257,7 +289,6 @@ def _over_budget(over: OverLimit, attribution: Attribution) -> JSONResponse:
 
 
 async def forward(state: ProxyState, http_request: Request, endpoint: Endpoint) -> Response:
-    raw = await http_request.body()
     arrived_ns = state.clock.now_ns()
     headers = http_request.headers
     try:
@@ -265,6 +296,7 @@ async def forward(state: ProxyState, http_request: Request, endpoint: Endpoint) 
     except AttributionRefused as exc:
         state.metrics.rejected(exc.code)
         return JSONResponse(error_body(exc.code, exc.message), status_code=exc.status)
+    raw = await http_request.body()  # only once the key is known good
     try:
         body = json.loads(raw)
     except ValueError:

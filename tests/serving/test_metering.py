@@ -11,10 +11,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from app.budgets.service import OverLimit
 from app.domain.attribution import KEY_TAG, UNATTRIBUTED, VIA_TAG, ProxyGrant, parse_tags
+from app.domain.budgets import BudgetScope
 from app.domain.usage import ReplicaIdleEvent, UsageEvent
 from app.usage.schemas import record_from_json
 from serving.proxy.attribution import Attribution, AttributionRefused, attribute
+from serving.proxy.relay import _over_budget
 from serving.proxy.vllm_metrics import parse_spec_decode_counters
 from serving.proxy.wire import (
     SpecDecodeStats,
@@ -354,3 +357,27 @@ def test_spec_stats_arithmetic():
     assert a.rejected_tokens == 3
     assert a.acceptance_rate == pytest.approx(5 / 8)
     assert SpecDecodeStats().acceptance_rate is None
+
+
+class TestOverBudgetBody:
+    """A 429 names the budget and its spend only to the team it belongs to."""
+
+    @staticmethod
+    def _over(scope: str) -> OverLimit:
+        return OverLimit(3, "the-cap", BudgetScope.parse(scope), "USD", 1_500_000, 2_000_000,
+                         datetime(2027, 1, 1, tzinfo=UTC))  # fmt: skip
+
+    def test_the_teams_own_budget_is_shown(self):
+        response = _over_budget(self._over("team=search"), _attribute(GRANT))
+        body = json.loads(bytes(response.body))
+        assert response.status_code == 429
+        assert body["budget"]["name"] == "the-cap"
+        assert (body["budget"]["spent"], body["budget"]["hard_limit"]) == ("2.000000", "1.500000")
+
+    def test_another_scopes_budget_says_only_its_kind_and_end(self):
+        response = _over_budget(self._over("deployment=big"), _attribute(GRANT))
+        body = json.loads(bytes(response.body))
+        assert body["budget"] == {"scope_kind": "deployment", "period_end": "2027-01-01T00:00:00Z"}
+        assert "the-cap" not in bytes(response.body).decode()
+        assert "2.000000" not in bytes(response.body).decode()
+        assert int(response.headers["retry-after"]) > 0

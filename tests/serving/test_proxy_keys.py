@@ -145,3 +145,32 @@ def test_anonymous_use_is_unattributed_and_a_presented_key_is_still_checked(upst
     # a credential that is not a SpecLedger key passes through: it may be the model server's
     assert upstream.headers[0]["authorization"] == "Bearer EMPTY"
     assert f'"team":"{UNATTRIBUTED}"' in log.read_text()
+
+
+def test_tags_that_keys_set_cannot_come_from_a_header(client, engine):
+    rag = proxy_key(engine, "search", tags={"app": "rag"})
+    other = proxy_key(engine, "ads")
+    assert _post(client, bearer(rag, X_Tags="app=rag,env=x")).status_code == 200
+    refused = _post(client, bearer(other, X_Tags="app=rag"))
+    assert refused.status_code == 403
+    assert "set by proxy keys" in refused.json()["error"]["message"]
+    assert _post(client, bearer(other, X_Tags="env=x")).status_code == 200
+
+
+def test_two_different_credentials_are_refused_and_no_key_form_goes_upstream(
+    client, engine, upstream
+):
+    key, other = proxy_key(engine, "search"), proxy_key(engine, "ads")
+    both = _post(client, {"Authorization": f"Bearer {key}", "X-API-Key": other})
+    assert both.status_code == 401
+    odd = {"Authorization": f"Bearer {key}", "X-API-Key": key, "X-Other": "x"}
+    assert _post(client, odd).status_code == 200
+    assert all("slk_" not in value for h in upstream.headers for value in h.values())
+
+
+def test_models_lists_only_what_the_key_may_use(client, engine, upstream):
+    nowhere = proxy_key(engine, "search", deployments=("nowhere",))
+    listed = client.get("/v1/models", headers=bearer(nowhere))
+    assert (listed.status_code, listed.json()["data"]) == (200, [])
+    anywhere = client.get("/v1/models", headers=bearer(proxy_key(engine, "search")))
+    assert [m["id"] for m in anywhere.json()["data"]] == ["fake-model"]
