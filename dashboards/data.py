@@ -15,12 +15,11 @@ from sqlalchemy import Engine, func, select
 from app.budgets import service as budgets
 from app.db import read_session, utc_hour
 from app.domain.ledger import CostLabel, EntryKind
-from app.domain.money import format_micros
 from app.domain.periods import Month
 from app.ledger.reconcile import reconcile
 from app.ledger.repository import allocated_months, current_run_id
 from app.models import LedgerRollup, UsageRecord
-from dashboards.figures import BudgetView
+from dashboards.figures import BudgetView, money_2dp
 from dashboards.session_seconds import hourly_query, longest_span_query
 
 """Bootstrap replicates when a sweep has no stored fit and the dashboard fits it (a few s)."""
@@ -295,7 +294,7 @@ def budget_views(engine: Engine, *, month: str, team: str | None = None) -> list
                 BudgetView(
                     title=(
                         f"{budget.name} ({result.scope}): {result.state.percent:.0f}% of "
-                        f"{format_micros(budget.amount_micros)} {budget.currency} spent"
+                        f"{money_2dp(budget.amount_micros)} {budget.currency} spent"
                     ),
                     currency=budget.currency,
                     amount_micros=budget.amount_micros,

@@ -86,6 +86,11 @@ def _money(micros: int) -> str:
     return str(Decimal(int(micros)).scaleb(-6).quantize(Decimal("0.000001")))
 
 
+def money_2dp(micros: int) -> str:
+    """Money for a label: cents and thousands separators (``1,234.50``), exact."""
+    return f"{Decimal(int(micros)).scaleb(-6):,.2f}"
+
+
 def _grain(periods: pd.Series) -> str:
     """``h`` or ``D``: per day once the data spans more than a couple of days."""
     span = periods.max() - periods.min()
@@ -692,9 +697,9 @@ def budget_burn_figure(view: BudgetView) -> go.Figure:
                         y=list(view.actual["spent_micros"] * to_units), mode="lines+markers",
                         line={"color": _PALETTE[0]})  # fmt: skip
     fig.add_hline(y=view.amount_micros * to_units, line_dash="dash", line_color="#e67e22",
-                  annotation_text=f"budget {_money(view.amount_micros)}")  # fmt: skip
+                  annotation_text=f"budget {money_2dp(view.amount_micros)}")  # fmt: skip
     if view.hard_limit_micros is not None:
         fig.add_hline(y=view.hard_limit_micros * to_units, line_color="#c0392b",
-                      annotation_text=f"hard limit {_money(view.hard_limit_micros)}")  # fmt: skip
+                      annotation_text=f"hard limit {money_2dp(view.hard_limit_micros)}")  # fmt: skip
     fig.update_layout(yaxis={"title": view.currency, "rangemode": "tozero"})
     return fig
