@@ -41,7 +41,13 @@ from serving.proxy.budget_guard import BudgetGuard
 from serving.proxy.config import ProxyConfig, ReplicaSpec
 from serving.proxy.keyring import KeyRing
 from serving.proxy.metrics import ProxyMetrics
-from serving.proxy.relay import attribution_of, error_body, forward, forward_headers
+from serving.proxy.relay import (
+    attribution_of,
+    error_body,
+    forward,
+    forward_headers,
+    scrape_spec_decode_counters,
+)
 from serving.proxy.sink import UsageSink
 from serving.proxy.state import Clock, ProxyState, ReplicaState
 from serving.proxy.wire import (
@@ -109,7 +115,10 @@ def create_proxy_app(
                                for spec in config.replicas], keyring=keyring,
                            budgets=budgets)  # fmt: skip
             app.state.proxy = state
-            tasks = [asyncio.create_task(_tick_forever(state))]
+            tasks = [
+                asyncio.create_task(_tick_forever(state)),
+                asyncio.create_task(_check_counters_forever(state)),
+            ]
             if keyring is not None:
                 tasks.append(
                     asyncio.create_task(
@@ -178,6 +187,44 @@ async def _tick_forever(state: ProxyState) -> None:
             log.exception("metering tick failed")
 
 
+async def _check_counters_forever(state: ProxyState) -> None:
+    while True:
+        await asyncio.sleep(state.config.counter_check_s)
+        for replica in state.replicas:
+            try:
+                await check_engine_counters(state, replica)
+            except Exception:  # a check must never stop the checker
+                log.exception("checking %s's counters failed", replica.spec.replica_name)
+
+
+async def check_engine_counters(state: ProxyState, replica: ReplicaState) -> None:
+    """Scrape one replica's spec-decode counters and compare them with the metered sums
+    (:class:`~serving.proxy.vllm_metrics.EngineCounterCheck`); a drift is logged and shown
+    on ``/metrics`` and ``/healthz``."""
+    before = (replica.in_flight, replica.finished)
+    try:
+        engine = await scrape_spec_decode_counters(replica.spec.base_url, state.client)
+    except httpx.HTTPError:
+        state.metrics.counter_check(replica.spec, "unreachable")
+        return
+    quiet = before == (0, replica.finished) and replica.in_flight == 0
+    had_baseline = replica.counters.baseline is not None
+    drift = replica.counters.observe(engine, quiet=quiet)
+    if drift is None:
+        state.metrics.counter_check(replica.spec, "busy" if not quiet else "baseline")
+        return
+    replica.counters_checked_at = state.clock.at(state.clock.now_ns())
+    off = {counter: value for counter, value in drift.items() if value}
+    state.metrics.counter_check(replica.spec, "drift" if off else "match", drift)
+    if off and had_baseline:
+        log.warning(
+            "replica %s: vLLM's spec-decode counters grew by %s more than the metered "
+            "requests (unmetered traffic, or records that lost their figures)",
+            replica.spec.replica_name,
+            off,
+        )
+
+
 async def _refresh_forever(refresh: Callable[[], object], every_s: float, what: str) -> None:
     while True:
         await asyncio.sleep(every_s)
@@ -233,6 +280,10 @@ async def _healthz(state: ProxyState) -> JSONResponse:
             "replica": r.spec.replica_name,
             "healthy": ok,
             "in_flight": r.in_flight,
+            "engine_counter_drift": r.counters.drift,
+            "engine_counters_checked_at": None
+            if r.counters_checked_at is None
+            else r.counters_checked_at.isoformat(),
         }
         for r, ok in zip(state.replicas, results, strict=True)
     ]

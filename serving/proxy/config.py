@@ -94,6 +94,8 @@ class ProxyConfig(BaseModel):
     key_refresh_s: float = Field(0.5, gt=0)
     """How often the proxy checks the database for created or revoked keys (and so the
     longest a revoked key still works)."""
+    counter_check_s: float = Field(15.0, gt=0)
+    """How often each replica's spec-decode counters are checked against the metered sums."""
     budget_refresh_s: float = Field(5.0, gt=0)
     """How often spend against hard budget limits is recomputed (a scope can pass its limit
     by what it spends in this long before its requests get 429)."""

@@ -59,6 +59,19 @@ class ProxyMetrics:
             buckets=_LATENCY_BUCKETS,
             registry=self.registry,
         )
+        self._counter_drift = Gauge(
+            "specledger_proxy_engine_counter_drift",
+            "vLLM's spec-decode counter growth minus the proxy's metered sums, at the last "
+            "quiet check (0: the meter agrees with the engine).",
+            ["deployment", "replica", "counter"],
+            registry=self.registry,
+        )
+        self._counter_checks = Counter(
+            "specledger_proxy_engine_counter_checks",
+            "Checks of the metered sums against vLLM's counters, by result.",
+            ["deployment", "replica", "result"],
+            registry=self.registry,
+        )
         self._sink = Gauge(
             "specledger_usage_sink_records", "Usage sink record counts.", ["state"],
             registry=self.registry)  # fmt: skip
@@ -86,6 +99,14 @@ class ProxyMetrics:
 
     def gpu_ns(self, spec: ReplicaSpec, kind: str, gpu_ns: int) -> None:
         self._gpu_seconds.labels(spec.deployment, spec.replica_name, kind).inc(gpu_ns / 1e9)
+
+    def counter_check(
+        self, spec: ReplicaSpec, result: str, drift: dict[str, int] | None = None
+    ) -> None:
+        """A check's result (``match``, ``drift``, ``busy``, ``baseline``, ``unreachable``)."""
+        self._counter_checks.labels(spec.deployment, spec.replica_name, result).inc()
+        for counter, value in (drift or {}).items():
+            self._counter_drift.labels(spec.deployment, spec.replica_name, counter).set(value)
 
     def rejected(self, code: str) -> None:
         self._rejected.labels(code).inc()

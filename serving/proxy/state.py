@@ -23,6 +23,7 @@ from serving.proxy.config import ProxyConfig, ReplicaSpec
 from serving.proxy.keyring import KeyRing
 from serving.proxy.metrics import ProxyMetrics
 from serving.proxy.sink import UsageSink
+from serving.proxy.vllm_metrics import EngineCounterCheck
 from serving.proxy.wire import Endpoint, SpecDecodeStats, TokenUsage
 
 __all__ = ["Clock", "InFlight", "ProxyState", "ReplicaState"]
@@ -75,6 +76,10 @@ class ReplicaState:
     """Requests started on the meter and not finished."""
     pending: dict[str, UsageEvent] = field(default_factory=dict)
     """Finished requests waiting for the meter to settle their GPU time."""
+    finished: int = 0
+    """Requests finished on this replica (tells a quiet counter scrape from a busy one)."""
+    counters: EngineCounterCheck = field(default_factory=EngineCounterCheck)
+    counters_checked_at: datetime | None = None
 
     @property
     def window_start_ns(self) -> int:
@@ -197,6 +202,12 @@ class ProxyState:
         )
         del replica.live[request.event_id]
         replica.in_flight -= 1
+        replica.finished += 1
+        replica.counters.record(
+            num_drafts=event.num_drafts,
+            draft_tokens=event.draft_tokens,
+            accepted_tokens=event.accepted_tokens,
+        )
         self.metrics.in_flight(replica.spec, replica.in_flight)
         self.metrics.finished(event, duration_s=(finished_ns - request.arrived_ns) / 1e9)
         replica.pending[event.event_id] = event
