@@ -9,7 +9,7 @@ import asyncio
 import json
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -137,8 +137,16 @@ def proxy_for(config: EngineConfig, *, db_url: str | None = None, jsonl: Path | 
             jsonl_path=jsonl,
             tick_interval_s=0.2,
             allow_anonymous=db_url is None,
+            counter_check_s=0.2,
         )
     )
+
+
+def _wait_until(check: Callable[[], bool], what: str, timeout_s: float = 30) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.1)
 
 
 def counters(config: EngineConfig) -> dict[str, int]:
@@ -224,12 +232,25 @@ def test_concurrent_requests_of_two_teams_are_metered_exactly(engine, db_url, ng
     before = counters(ngram)
     started = time.monotonic()
     with serve(proxy_for(ngram, db_url=db_url)) as url:
+        # The runtime cross-check takes its baseline from the engine before any traffic...
+        _wait_until(
+            lambda: 'result="baseline"' in httpx.get(url + "/metrics").text,
+            "no quiet baseline of vLLM's counters",
+        )
 
         async def send_all() -> list[dict[str, Any]]:
             async with httpx.AsyncClient(base_url=url, timeout=300) as client:
                 return await asyncio.gather(*(_call(client, *call) for call in calls))
 
         results = asyncio.run(send_all())
+        # ...and, once the requests are done, finds the metered sums equal to vLLM's growth.
+        zero = {"num_drafts": 0, "num_draft_tokens": 0, "num_accepted_tokens": 0}
+        _wait_until(
+            lambda: (
+                httpx.get(url + "/healthz").json()["replicas"][0]["engine_counter_drift"] == zero
+            ),
+            "the metered sums did not match vLLM's spec-decode counters",
+        )
     wall_s = time.monotonic() - started
     after = counters(ngram)
 
