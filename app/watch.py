@@ -1,5 +1,5 @@
 """One pass over everything that alerts: budget thresholds and forecasts, cost anomalies
-(last day and last hour) and waste findings of the month so far. Each event alerts once
+(last day and last hour), waste findings of the month so far, and acceptance drift. Each event alerts once
 (the alerts channel deduplicates), so the pass can run as often as a scheduler likes."""
 
 from dataclasses import dataclass
@@ -9,6 +9,7 @@ from sqlalchemy.orm import Session
 
 from app.alerts import Alert, AlertKind, Severity, enqueue
 from app.anomalies import service as anomalies
+from app.anomalies.acceptance import acceptance_drifts, drift_alert
 from app.budgets import service as budgets
 from app.domain.money import format_micros
 from app.domain.periods import Month
@@ -23,10 +24,11 @@ class WatchSummary:
     budget_alerts: int
     anomaly_alerts: int
     waste_alerts: int
+    drift_alerts: int
 
     @property
     def total(self) -> int:
-        return self.budget_alerts + self.anomaly_alerts + self.waste_alerts
+        return self.budget_alerts + self.anomaly_alerts + self.waste_alerts + self.drift_alerts
 
 
 def check_everything(session: Session, *, now: datetime, settings: Settings) -> WatchSummary:
@@ -47,7 +49,11 @@ def check_everything(session: Session, *, now: datetime, settings: Settings) -> 
         enqueue(session, waste_alert(finding, str(month), report.currency, now=now), now)
         for finding in report.findings
     )
-    return WatchSummary(budget_alerts, anomaly_alerts, waste_alerts)
+    drift_alerts = sum(
+        enqueue(session, drift_alert(drift, now=now), now)
+        for drift in acceptance_drifts(session, now=now, currency=settings.default_currency)
+    )
+    return WatchSummary(budget_alerts, anomaly_alerts, waste_alerts, drift_alerts)
 
 
 def waste_alert(finding: Finding, month: str, currency: str, *, now: datetime) -> Alert:

@@ -229,8 +229,8 @@ def alerts_check(
     ] = False,
 ) -> None:
     """Queue an alert for every current event: budget thresholds reached and forecasts over
-    budget, cost anomalies of the last day and hour (with their drivers), and this month's
-    waste findings. Each event alerts once, so run it from cron as often as you like
+    budget, cost anomalies of the last day and hour (with their drivers), this month's
+    waste findings, and deployments whose acceptance fell from their baseline (CUSUM). Each event alerts once, so run it from cron as often as you like
     (e.g. every 15 minutes, with --deliver)."""
     settings = get_settings()
     with user_errors(), open_engine(settings) as engine:
@@ -238,7 +238,8 @@ def alerts_check(
             found = check_everything(session, now=datetime.now(UTC), settings=settings)
         typer.echo(
             f"queued {found.total} deliveries: {found.budget_alerts} budget, "
-            f"{found.anomaly_alerts} anomaly, {found.waste_alerts} waste"
+            f"{found.anomaly_alerts} anomaly, {found.waste_alerts} waste, "
+            f"{found.drift_alerts} acceptance drift"
         )
         if deliver:
             summary = _deliver_once(engine, limit=100, timeout=delivery.DEFAULT_TIMEOUT_SECONDS)
