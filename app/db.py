@@ -186,3 +186,10 @@ def utc_hour(dialect: str, column: Any) -> ColumnElement[Any]:
     if dialect == "postgresql":
         return func.date_trunc("hour", func.timezone("UTC", column), type_=DateTime())
     return func.strftime("%Y-%m-%d %H:00:00", column, type_=String())
+
+
+def utc_instant(value: Any) -> datetime:
+    """A value :func:`utc_hour` returns (naive UTC on PostgreSQL, text on SQLite), or a stored
+    instant, as an aware UTC datetime."""
+    at: datetime = datetime.fromisoformat(value) if isinstance(value, str) else value
+    return at.replace(tzinfo=UTC) if at.tzinfo is None else at.astimezone(UTC)

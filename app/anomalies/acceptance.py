@@ -10,8 +10,9 @@ from sqlalchemy.orm import Session
 
 from app.alerts import Alert, AlertKind, Severity
 from app.budgets.spend import spend
-from app.db import utc_hour
+from app.db import utc_hour, utc_instant
 from app.domain.acceptance_drift import AcceptanceBucket, detect_drop
+from app.domain.anomalies import verified_per_output_token
 from app.domain.budgets import BudgetScope, ScopeKind
 from app.domain.money import format_micros
 from app.models import UsageRecord
@@ -66,7 +67,7 @@ def acceptance_drifts(
     hours = int((end - start) / HOUR)
     series: dict[str, list[tuple[int, int, int]]] = defaultdict(lambda: [(0, 0, 0)] * hours)
     for deployment, at, accepted, drafted, output in rows:
-        index = int((_as_utc(at) - start) / HOUR)
+        index = int((utc_instant(at) - start) / HOUR)
         if 0 <= index < hours:
             series[deployment][index] = (int(accepted), int(drafted), int(output))
     found = []
@@ -101,18 +102,11 @@ def acceptance_drifts(
 
 
 def _work_per_token(values: list[tuple[int, int, int]]) -> float:
-    """Verified tokens per output token, ``1 + rejected drafts / output``: the GPU work each
-    output token takes (see app.domain.anomalies)."""
-    accepted = sum(a for a, _, _ in values)
-    drafted = sum(d for _, d, _ in values)
-    output = sum(o for _, _, o in values)
-    return 1 + (drafted - accepted) / output if output else 1.0
-
-
-def _as_utc(value: object) -> datetime:
-    at = datetime.fromisoformat(value) if isinstance(value, str) else value
-    assert isinstance(at, datetime)
-    return at.replace(tzinfo=UTC) if at.tzinfo is None else at.astimezone(UTC)
+    return verified_per_output_token(
+        accepted=sum(a for a, _, _ in values),
+        drafted=sum(d for _, d, _ in values),
+        output=sum(o for _, _, o in values),
+    )
 
 
 def drift_alert(drift: AcceptanceDrift, *, now: datetime) -> Alert:

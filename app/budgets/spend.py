@@ -3,13 +3,12 @@ deployment's latest unit cost after that (see :mod:`app.domain.budgets`)."""
 
 from collections import defaultdict
 from dataclasses import dataclass
-from datetime import UTC, date, datetime, timedelta
-from typing import Any
+from datetime import date, datetime, timedelta
 
 from sqlalchemy import ColumnElement, Select, and_, func, or_, select
 from sqlalchemy.orm import Session
 
-from app.db import utc_hour
+from app.db import utc_hour, utc_instant
 from app.domain.budgets import BudgetScope, ScopeKind, UnitPrice
 from app.domain.ledger import EntryKind
 from app.ledger.repository import current_run_ids
@@ -70,7 +69,7 @@ def spend(
     """The spend of ``scope`` in ``[start, end)``, per UTC day, in ``currency``."""
     ledger: dict[datetime, int] = defaultdict(int)
     for charge_hour, micros in session.execute(_ledger_hours(scope, start, end, currency)):
-        ledger[_hour_of(_as_utc(charge_hour))] += int(micros or 0)
+        ledger[_hour_of(utc_instant(charge_hour))] += int(micros or 0)
     # A cost center's or tag's ledger part joins entries to usage in the database, so hours
     # allocated into a Parquet store are not covered for them: they stay metered.
     covered = _covered_until(
@@ -90,7 +89,7 @@ def spend(
         .group_by(UsageRecord.deployment, hour)
     )
     for deployment, hour_value, gpu_ns in session.execute(usage):
-        at = _as_utc(hour_value)
+        at = utc_instant(hour_value)
         boundary = covered.get(deployment)
         if boundary is None or at >= boundary:
             metered_ns[(deployment, at)] += int(gpu_ns or 0)
@@ -129,12 +128,6 @@ def spend(
 
 def _hour_of(at: datetime) -> datetime:
     return at.replace(minute=0, second=0, microsecond=0)
-
-
-def _as_utc(value: Any) -> datetime:
-    """An hour from :func:`utc_hour` (naive UTC on PostgreSQL, text on SQLite) as aware UTC."""
-    at: datetime = datetime.fromisoformat(value) if isinstance(value, str) else value
-    return at.replace(tzinfo=UTC) if at.tzinfo is None else at.astimezone(UTC)
 
 
 def _not_allocated(covered: dict[str, datetime]) -> ColumnElement[bool]:
@@ -213,7 +206,7 @@ def _covered_until(
         .group_by(LedgerRollup.deployment)
     )
     return {
-        name: _as_utc(end)
+        name: utc_instant(end)
         for name, end in session.execute(query)
         if name is not None and end is not None
     }

@@ -42,7 +42,3 @@ class BudgetGuard:
             ):
                 return over
         return None
-
-    @property
-    def over(self) -> tuple[OverLimit, ...]:
-        return self._over

@@ -67,9 +67,6 @@ class KeyRing:
         """The grant of a presented key, from memory (None: unknown or revoked)."""
         return self._grants.get(hash_key(secret))
 
-    def __len__(self) -> int:
-        return len(self._grants)
-
 
 def looks_like_key(secret: str) -> bool:
     """Whether a presented credential is meant as a SpecLedger key (others may be meant for

@@ -90,6 +90,7 @@ from app.domain.anomalies.values import (
     Direction,
     Driver,
     Factor,
+    verified_per_output_token,
 )
 
 __all__ = [
@@ -106,4 +107,5 @@ __all__ = [
     "detect",
     "expected_at",
     "explain",
+    "verified_per_output_token",
 ]

@@ -17,6 +17,7 @@ from app.domain.anomalies.values import (
     Driver,
     Factor,
     _non_negative_int,
+    verified_per_output_token,
 )
 from app.domain.errors import InvalidInput
 
@@ -55,7 +56,9 @@ class _Side:
         return self.tokens > 0 and self.request_gpu_s > 0 and self.cost - self.idle > 0
 
     def factors(self) -> dict[Factor, float]:
-        verified = 1 + (self.draft - self.accepted) / self.tokens
+        verified = verified_per_output_token(
+            drafted=self.draft, accepted=self.accepted, output=self.tokens
+        )
         request_cost = self.cost - self.idle
         return {
             Factor.volume: self.tokens,

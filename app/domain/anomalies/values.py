@@ -124,3 +124,10 @@ class Driver:
 def _non_negative_int(name: str, value: object) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise InvalidInput(f"{name} must be a non-negative integer, got {value!r}")
+
+
+def verified_per_output_token(*, drafted: float, accepted: float, output: float) -> float:
+    """GPU work per output token under speculation: ``1 + rejected drafts / output tokens``
+    (with k drafted tokens per step and acceptance a, ``(k + 1) / (1 + k * a)``); 1 when
+    nothing was output."""
+    return 1 + (drafted - accepted) / output if output else 1.0
