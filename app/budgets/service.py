@@ -22,7 +22,13 @@ from app.domain.budgets import (
     evaluate,
 )
 from app.domain.errors import Conflict, Invalid, NotFound
-from app.domain.forecast import BudgetCrossing, SpendForecast, budget_crossing, forecast_spend
+from app.domain.forecast import (
+    BudgetCrossing,
+    SpendForecast,
+    at_least_spent,
+    budget_crossing,
+    forecast_spend,
+)
 from app.domain.money import format_micros
 from app.models import Budget
 
@@ -188,6 +194,7 @@ def report(
             period_end=period_end_day,
             level=FORECAST_LEVEL,
         )
+        predicted = at_least_spent(predicted, spent)
         crossing = budget_crossing(predicted, budget.amount_micros)
     return BudgetReport(budget, scope, start, end, breakdown, state, predicted, crossing)
 

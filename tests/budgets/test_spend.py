@@ -156,3 +156,29 @@ def test_a_taken_name_is_a_conflict(session):
     service.create_budget(session, new)
     with pytest.raises(service.BudgetExists):
         service.create_budget(session, new)
+
+
+def test_on_the_first_day_of_spend_the_forecast_is_never_below_what_is_spent(october):
+    """All spend so far is today's, and the forecast learns from complete days only: with no
+    complete day yet it has nothing to learn from, yet its total must not fall below the
+    24.00 already booked (it said 0.00 before)."""
+    now = hour(13)
+    budget = service.create_budget(
+        october,
+        service.NewBudget(
+            name="search-first-day",
+            scope=BudgetScope.parse("team=search"),
+            amount_micros=1000 * D,
+            currency="USD",
+        ),
+        now=now,
+    )
+    result = service.report(october, budget, now=now)
+    forecast = result.forecast
+    assert forecast is not None
+    assert result.state.spent_micros == 24 * D
+    assert forecast.actual_micros == 0  # no complete day in the period yet
+    totals = (forecast.lower_total_micros, forecast.expected_total_micros)
+    assert totals == (24 * D, 24 * D)
+    assert forecast.upper_total_micros >= 24 * D
+    assert all(day.lower_micros >= 24 * D for day in forecast.days)

@@ -81,7 +81,7 @@ from app.domain.forecast.model import (
     SPIKE_SCALES,
     STEP_PRIOR,
 )
-from app.domain.forecast.spend import forecast_spend
+from app.domain.forecast.spend import at_least_spent, forecast_spend
 from app.domain.forecast.values import (
     Basis,
     BudgetCrossing,
@@ -105,6 +105,7 @@ __all__ = [
     "ForecastDay",
     "InvalidForecastInput",
     "SpendForecast",
+    "at_least_spent",
     "budget_crossing",
     "forecast_spend",
 ]

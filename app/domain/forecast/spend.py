@@ -5,6 +5,7 @@ turns the remaining days' forecast into monotone cumulative bands.
 """
 
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import date, timedelta
 from itertools import accumulate
 
@@ -184,4 +185,30 @@ def _bands(remaining: _Remaining, *, actual: int, as_of: date) -> tuple[Forecast
             upper_micros=actual + round(float(upper[j])),
         )
         for j in range(len(expected))
+    )
+
+
+def at_least_spent(forecast: SpendForecast, spent_micros: int) -> SpendForecast:
+    """``forecast`` with every remaining day's cumulative band, and the totals, raised to at
+    least ``spent_micros``: the spend already booked in the period, the partial spend of the
+    day in progress included, which the daily history (complete days only) does not hold.
+
+    Without it, on the first day of spend a forecast with no history predicts a total of 0,
+    below what is already spent."""
+    floor = _integer(spent_micros, "spent_micros")
+    days = tuple(
+        replace(
+            day,
+            expected_micros=max(day.expected_micros, floor),
+            lower_micros=max(day.lower_micros, floor),
+            upper_micros=max(day.upper_micros, floor),
+        )
+        for day in forecast.days
+    )
+    return replace(
+        forecast,
+        expected_total_micros=max(forecast.expected_total_micros, floor),
+        lower_total_micros=max(forecast.lower_total_micros, floor),
+        upper_total_micros=max(forecast.upper_total_micros, floor),
+        days=days,
     )
