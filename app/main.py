@@ -25,6 +25,7 @@ from app.ledger.router import router as ledger_router
 from app.ops import MetricsMiddleware, RequestMetrics, redact_keys_in_access_log
 from app.ops import router as ops_router
 from app.settings import Settings, get_settings
+from app.slurm.router import router as slurm_router
 from app.usage.router import router as usage_router
 from app.waste.router import router as waste_router
 from dashboards.router import router as dashboards_router
@@ -56,6 +57,7 @@ V1_ROUTERS: tuple[APIRouter, ...] = (
     billing_router,
     budgets_router,
     anomalies_router,
+    slurm_router,
 )
 
 

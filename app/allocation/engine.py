@@ -34,7 +34,7 @@ from app.allocation.plan import (
 )
 from app.settings import Settings
 
-SMALL_INPUTS = ("rows", "deployments", "replicas")
+SMALL_INPUTS = ("rows", "deployments", "replicas", "job_links")
 """The inputs that are always small enough to hand over in memory (not the usage)."""
 
 
@@ -93,10 +93,12 @@ def _view(name: str) -> str:
     return f"specledger_{name}"
 
 
-@lru_cache(maxsize=4)
-def plan_sql(dialect: str, share_idle: bool) -> tuple[str, str]:
+@lru_cache(maxsize=8)
+def plan_sql(dialect: str, share_idle: bool, split_jobs: bool = False) -> tuple[str, str]:
     """The plan as SQL over the views ``specledger_<input>``: (entries, pool rows)."""
-    entries, pool_rows = allocate_tables(_input_tables(), share_idle=share_idle)
+    entries, pool_rows = allocate_tables(
+        _input_tables(), share_idle=share_idle, split_jobs=split_jobs
+    )
     return _compiled(entries, pool_rows, dialect)
 
 
@@ -158,10 +160,10 @@ class PlanEngine:
 
     def allocate(self, inputs: Mapping[str, pa.Table], *, share_idle: bool) -> PlanResult:
         """Run the plan over in-memory inputs (Arrow tables shaped as plan.INPUT_SCHEMAS)."""
-        conformed = {name: conform(name, inputs[name]) for name in INPUT_SCHEMAS}
+        conformed = {name: conform(name, inputs.get(name)) for name in INPUT_SCHEMAS}
         if self.name is EngineName.spark:
             return self._spark_allocate(conformed, share_idle=share_idle)
-        entries_sql, pools_sql = plan_sql("duckdb", share_idle)
+        entries_sql, pools_sql = plan_sql("duckdb", share_idle, _splits_jobs(conformed))
         with self._duckdb(conformed) as con:
             return PlanResult(
                 con.sql(entries_sql).to_arrow_table(), con.sql(pools_sql).to_arrow_table()
@@ -183,7 +185,7 @@ class PlanEngine:
         (``out/rollups.parquet``), so no table of a month's requests passes through Python.
         ``inputs`` holds the small tables (rows, deployments, replicas).
         """
-        small = {name: conform(name, inputs[name]) for name in SMALL_INPUTS}
+        small = {name: conform(name, inputs.get(name)) for name in SMALL_INPUTS}
         out.mkdir(parents=True, exist_ok=True)
         if self.name is EngineName.spark:
             if not isinstance(usage, str):
@@ -194,7 +196,9 @@ class PlanEngine:
         spill = {"temp_directory": str(out / "spill")}
         with self._duckdb(small, {**spill, **self.duckdb_options}) as con:
             con.execute(f"CREATE VIEW {_view('usage')} AS {usage_sql(con, usage)}")
-            entries_sql, pools_sql = _staged_plan_sql(con, share_idle=share_idle)
+            entries_sql, pools_sql = _staged_plan_sql(
+                con, share_idle=share_idle, split_jobs=_splits_jobs(small)
+            )
             con.execute(f"COPY ({entries_sql}) TO {_quote(str(entries_file))} (FORMAT parquet)")
             pool_rows = con.sql(pools_sql).to_arrow_table()
             con.execute(
@@ -232,14 +236,17 @@ class PlanEngine:
         return session
 
     def _spark_plan(
-        self, session: Any, views: Mapping[str, Any], *, share_idle: bool
+        self, session: Any, views: Mapping[str, Any], *, share_idle: bool, split_jobs: bool
     ) -> tuple[Any, ir.Table, ir.Table]:
         backend = ibis.pyspark.connect(session)
         for name, frame in views.items():
             frame.createOrReplaceTempView(_view(name))
         tables = {name: backend.table(_view(name)) for name in INPUT_SCHEMAS}
         entries, pool_rows = allocate_tables(
-            tables, share_idle=share_idle, stage=_checkpointed(backend, session)
+            tables,
+            share_idle=share_idle,
+            split_jobs=split_jobs,
+            stage=_checkpointed(backend, session),
         )
         return backend, entries.select(*ENTRY_COLUMNS), pool_rows.select(*POOL_MEMBER_COLUMNS)
 
@@ -248,7 +255,9 @@ class PlanEngine:
         # Straight from Arrow: Ibis's memtables go through pandas, which turns a missing
         # string into "NaN".
         views = {name: session.createDataFrame(table) for name, table in inputs.items()}
-        backend, entries, pool_rows = self._spark_plan(session, views, share_idle=share_idle)
+        backend, entries, pool_rows = self._spark_plan(
+            session, views, share_idle=share_idle, split_jobs=_splits_jobs(inputs)
+        )
         return PlanResult(backend.to_pyarrow(entries), backend.to_pyarrow(pool_rows))
 
     def _spark_dataset(
@@ -265,7 +274,10 @@ class PlanEngine:
         )
         views = {name: session.createDataFrame(table) for name, table in small.items()}
         backend, entries, pool_rows = self._spark_plan(
-            session, {**views, "usage": usage}, share_idle=share_idle
+            session,
+            {**views, "usage": usage},
+            share_idle=share_idle,
+            split_jobs=_splits_jobs(small),
         )
         entries_dir = out / "entries"
         backend.to_parquet(entries, str(entries_dir))
@@ -276,7 +288,9 @@ class PlanEngine:
         return DatasetRun(count, backend.to_pyarrow(pool_rows), rollups)
 
 
-def _staged_plan_sql(con: duckdb.DuckDBPyConnection, *, share_idle: bool) -> tuple[str, str]:
+def _staged_plan_sql(
+    con: duckdb.DuckDBPyConnection, *, share_idle: bool, split_jobs: bool
+) -> tuple[str, str]:
     """The plan over the connection's ``specledger_<input>`` views, run stage by stage: each
     stage the plan reads more than once becomes a temporary table, and the SQL returned
     (entries, pool rows) reads the last stages.
@@ -292,7 +306,9 @@ def _staged_plan_sql(con: duckdb.DuckDBPyConnection, *, share_idle: bool) -> tup
         con.execute(f"CREATE TEMP TABLE {name} AS {ibis.to_sql(table, dialect='duckdb')}")
         return ibis.table(table.schema(), name=name)
 
-    entries, pool_rows = allocate_tables(_input_tables(), share_idle=share_idle, stage=stage)
+    entries, pool_rows = allocate_tables(
+        _input_tables(), share_idle=share_idle, split_jobs=split_jobs, stage=stage
+    )
     return _compiled(entries, pool_rows, "duckdb")
 
 
@@ -331,11 +347,19 @@ def _quote(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
-def conform(name: str, table: pa.Table) -> pa.Table:
-    """An input table with exactly its declared columns and types (an empty one included)."""
+def conform(name: str, table: pa.Table | None) -> pa.Table:
+    """An input table with exactly its declared columns and types (an empty one included;
+    None: an empty one)."""
     types = {"int64": pa.int64(), "string": pa.string(), "boolean": pa.bool_()}
     schema = pa.schema([(c, types[t]) for c, t in INPUT_SCHEMAS[name].items()])
+    if table is None:
+        return schema.empty_table()
     return pa.table({f.name: table[f.name].cast(f.type) for f in schema}, schema=schema)
+
+
+def _splits_jobs(inputs: Mapping[str, pa.Table]) -> bool:
+    """Whether the plan must split linked Slurm jobs (see plan.allocate_plan)."""
+    return bool(inputs["job_links"].num_rows > 0)
 
 
 @lru_cache(maxsize=1)

@@ -1,7 +1,8 @@
 """The allocation of a window as one relational plan (Ibis), run by DuckDB or Spark.
 
-Inputs are four tables (see :data:`INPUT_SCHEMAS`): the window's billing rows, the
-deployments and replicas registry, and the usage that may overlap the rows. The output is one
+Inputs are five tables (see :data:`INPUT_SCHEMAS`): the window's billing rows, the
+deployments and replicas registry, the usage that may overlap the rows, and the Slurm jobs
+that ran a metered server (``job_links``). The output is one
 table of ledger entries (:data:`ENTRY_COLUMNS`) and one of pool members. The rules are those
 of DESIGN.md "Allocation":
 
@@ -18,6 +19,10 @@ of DESIGN.md "Allocation":
 * a pool whose charge period is longer than an hour (a monthly fee, a commitment) is split
   in two exact levels: first across (charge hour x team) buckets by their summed weights,
   then each bucket across its requests, so no partition holds a month of requests;
+* a Slurm job that ran a metered server (its usage record linked to the server's replica) is
+  split again: its share of each pool goes to the replica's requests inside the pool's charge
+  period by their GPU-ns (pro rata, as above), and what they did not use of the job's GPU-ns
+  stays the job's own (``gpu_seconds:slurm-unmetered``), so the job's share is kept exactly;
 * every split is largest remainder on the magnitude in integer micros with 128-bit
   intermediates (DECIMAL(38,0)), ties to the earlier member, so the entries of each pool sum
   exactly to it in EffectiveCost, BilledCost, ListCost and ContractedCost.
@@ -80,6 +85,11 @@ INPUT_SCHEMAS: dict[str, dict[str, str]] = {
         "finished_us": "int64",
         "gpu_ns": "int64",
     },
+    "job_links": {
+        "event_id": "string",
+        "deployment": "string",
+        "replica": "string",
+    },
 }
 
 ENTRY_COLUMNS = (
@@ -128,7 +138,6 @@ BASES = (
 
 POOL_MEMBER_COLUMNS = ("pool_id", "billing_row_id")
 _REQUEST_COLUMNS = (
-    "pool_id",
     "usage_ord",
     "event_id",
     "session_id",
@@ -136,7 +145,7 @@ _REQUEST_COLUMNS = (
     "replica",
     "arrived_us",
 )
-"""What a (pool, request) pair carries besides its weight and hour."""
+"""What a (pool, request) pair carries besides its pool's key, its weight and hour."""
 NO_TEAM_KEY = "\x00"
 """Stands for a missing team in a join key (NULL never equals NULL)."""
 
@@ -307,14 +316,15 @@ def pools(matched: ir.Table) -> tuple[ir.Table, ir.Table]:
     return pooled, members
 
 
-def _pairs(pooled: ir.Table, usage: ir.Table) -> ir.Table:
+def _pairs(pooled: ir.Table, usage: ir.Table, keys: tuple[str, ...] = ("pool_id",)) -> ir.Table:
     """(pool, request) pairs with the request's GPU-ns inside the pool's charge period.
 
-    Both sides are cut into the hours they overlap and joined on (deployment, hour), so the
-    join is an equi-join; each pair is kept at its first common hour."""
+    ``keys`` name a pool (and are carried to its pairs). Both sides are cut into the hours
+    they overlap and joined on (deployment, hour), so the join is an equi-join; each pair is
+    kept at its first common hour."""
     pool_hours = _with_hours(
         pooled.select(
-            "pool_id",
+            *keys,
             p_deployment="deployment",
             p_replica="replica",
             p_start="start_us",
@@ -348,6 +358,7 @@ def _pairs(pooled: ir.Table, usage: ir.Table) -> ir.Table:
         ibis.greatest(duration, 1).cast(DEC),
     )
     return j.select(
+        *keys,
         *_REQUEST_COLUMNS,
         weight=ibis.ifelse(whole, j.gpu_ns, pro_rata),
         hour=first_common,
@@ -358,6 +369,7 @@ def allocate_tables(
     tables: Mapping[str, ir.Table],
     *,
     share_idle: bool,
+    split_jobs: bool,
     stage: Callable[[ir.Table], ir.Table] = lambda table: table,
 ) -> tuple[ir.Table, ir.Table]:
     """:func:`allocate_plan` over the inputs by name (plan.INPUT_SCHEMAS)."""
@@ -366,7 +378,9 @@ def allocate_tables(
         tables["deployments"],
         tables["replicas"],
         tables["usage"],
+        tables["job_links"],
         share_idle=share_idle,
+        split_jobs=split_jobs,
         stage=stage,
     )
 
@@ -376,11 +390,16 @@ def allocate_plan(
     deployments: ir.Table,
     replicas: ir.Table,
     usage: ir.Table,
+    job_links: ir.Table,
     *,
     share_idle: bool,
+    split_jobs: bool,
     stage: Callable[[ir.Table], ir.Table] = lambda table: table,
 ) -> tuple[ir.Table, ir.Table]:
     """The entries of a window and its pools' member rows, as unexecuted expressions.
+
+    ``split_jobs``: whether ``job_links`` may hold rows. The split of linked Slurm jobs reads
+    the entries twice, so a window without any leaves it out of the plan.
 
     ``stage`` is applied to the intermediate tables that several parts of the plan read (the
     matched rows, the pools, the pairs); an engine that would recompute them per reader
@@ -397,6 +416,8 @@ def allocate_plan(
     out = entries[0]
     for more in entries[1:]:
         out = out.union(more)
+    if split_jobs:
+        out = _split_slurm_jobs(stage(out), job_links, usage, stage=stage)
     return out, members
 
 
@@ -477,6 +498,7 @@ def _by_weight(
     two_level = (p.end_us - p.start_us) > HOUR_US
 
     members = requests.select(
+        "pool_id",
         *_REQUEST_COLUMNS,
         "weight",
         "hour",
@@ -613,3 +635,104 @@ def _by_team(
         team=split.team,
         gpu_ns=ibis.literal(0, "int64"),
     )
+
+
+def _split_slurm_jobs(
+    entries: ir.Table,
+    job_links: ir.Table,
+    usage: ir.Table,
+    *,
+    stage: Callable[[ir.Table], ir.Table],
+) -> ir.Table:
+    """Each linked Slurm job's entries split again across its server's requests (see the
+    module docstring); the other entries unchanged."""
+    links = job_links.select(
+        job_event_id="event_id", link_deployment="deployment", link_replica="replica"
+    )
+    is_job = entries.kind == EntryKind.request.value
+    jobs = entries.filter(is_job).join(links, entries.event_id == links.job_event_id)
+    jobs = stage(jobs.select(*entries.columns, "job_event_id", "link_deployment", "link_replica"))
+    others = entries.anti_join(
+        jobs.select(pool_id="pool_id", event_id="job_event_id"), ["pool_id", "event_id"]
+    )
+    keys = ("pool_id", "job_event_id")
+    served = jobs.select(
+        *keys,
+        deployment="link_deployment",
+        replica="link_replica",
+        start_us="start_us",
+        end_us="end_us",
+    )
+    requests = _pairs(served, usage, keys)
+    requests = stage(requests.filter(requests.weight > 0))
+    used = requests.group_by(list(keys)).aggregate(used=requests.weight.sum())
+    j = jobs.left_join(used, list(keys)).drop("pool_id_right", "job_event_id_right")
+    used_ns = ibis.coalesce(j.used, 0)
+    unused = ibis.greatest(j.gpu_ns - used_ns, 0)
+    j = j.mutate(rest_weight=ibis.ifelse(used_ns == 0, ibis.greatest(unused, 1), unused))
+    amounts = [out for _, out in BASES]
+    members = requests.select(
+        *keys,
+        "usage_ord",
+        "event_id",
+        "session_id",
+        "team",
+        "arrived_us",
+        "weight",
+        is_rest=ibis.literal(False),
+    ).union(
+        j.filter(j.rest_weight > 0).select(
+            *keys,
+            usage_ord=ibis.literal(0, "int64"),
+            event_id="job_event_id",
+            session_id="session_id",
+            team="team",
+            arrived_us=ibis.literal(0, "int64"),
+            weight="rest_weight",
+            is_rest=ibis.literal(True),
+        )
+    )
+    job_amounts = j.select(*keys, *[j[out].name(f"job_{out}") for out in amounts], job_team="team")
+    split = largest_remainder(
+        members.join(job_amounts, list(keys)),
+        group=list(keys),
+        order=["is_rest", "arrived_us", "usage_ord"],
+        weight="weight",
+        bases=[(f"job_{out}", out) for out in amounts],
+        stage=stage,
+    )
+    described = jobs.select(
+        *keys,
+        "billing_row_id",
+        "start_us",
+        "end_us",
+        "deployment",
+        "replica",
+        "currency",
+        "corrects_month",
+    )
+    s = split.join(described, list(keys))
+    method = ibis.ifelse(
+        s.is_rest,
+        AllocationMethod.gpu_seconds_slurm_unmetered.value,
+        AllocationMethod.gpu_seconds_slurm_job.value,
+    )
+    again = s.select(
+        kind=ibis.literal(EntryKind.request.value, "string"),
+        method=method,
+        pool_id=s.pool_id.cast("int64"),
+        billing_row_id=s.billing_row_id.cast("int64"),
+        start_us=s.start_us,
+        end_us=s.end_us,
+        deployment=s.deployment.cast("string"),
+        replica=s.replica.cast("string"),
+        event_id=s.event_id.cast("string"),
+        session_id=s.session_id.cast("string"),
+        # Teams are the job's Slurm account unless the metered request names one.
+        team=ibis.coalesce(s.team, s.job_team).cast("string"),
+        gpu_ns=s.weight.cast("int64"),
+        **{out: s[out].cast("int64") for out in amounts},
+        currency=s.currency,
+        corrects_month=s.corrects_month.cast("string"),
+    )
+    return others.union(again.select(*ENTRY_COLUMNS))

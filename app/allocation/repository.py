@@ -16,8 +16,9 @@ from sqlalchemy.orm import Session
 
 from app.allocation.plan import BASES, MAX_EXACT_MICROS
 from app.domain.errors import InvalidInput
+from app.domain.slurm_usage import job_event_id, job_key
 from app.kit.epoch import to_us
-from app.models import BillingDelivery, BillingRow, Deployment, Replica, UsageRecord
+from app.models import BillingDelivery, BillingRow, Deployment, Replica, SlurmJob, UsageRecord
 
 # Plain DateTime (not UTCDateTime) skips a Python call per value; to_us reads the naive UTC
 # values SQLite returns and the aware ones PostgreSQL returns alike.
@@ -70,7 +71,12 @@ def plan_inputs_without_usage(
         tag_key=tag_key,
     )
     deployments, replicas = registry(session)
-    return {"rows": rows, "deployments": deployments, "replicas": replicas}
+    return {
+        "rows": rows,
+        "deployments": deployments,
+        "replicas": replicas,
+        "job_links": job_links(session),
+    }
 
 
 def usage_span(rows: pa.Table) -> tuple[int, int]:
@@ -195,6 +201,35 @@ def registry(session: Session) -> tuple[pa.Table, pa.Table]:
                 "resource_id": pa.array([r[3] or None for r in replicas], pa.string()),
             }
         ),
+    )
+
+
+def job_links(session: Session) -> pa.Table:
+    """The usage records of Slurm jobs that ran a metered server, each with the server's
+    (deployment, replica): replicas that name their job (``replicas.slurm_job``) and the
+    runs of that job on one node. Few rows: one per server job."""
+    servers = session.execute(
+        select(Replica.slurm_job, Deployment.name, Replica.name)
+        .join(Deployment, Deployment.id == Replica.deployment_id)
+        .where(Replica.slurm_job.is_not(None))
+    ).all()
+    by_job = {key: (deployment, replica) for key, deployment, replica in servers}
+    links: list[tuple[str, str, str]] = []
+    if by_job:
+        jobs = session.execute(
+            select(SlurmJob.cluster, SlurmJob.job, SlurmJob.start_at, SlurmJob.nodes).where(
+                SlurmJob.step == "", SlurmJob.metered
+            )
+        ).all()
+        for cluster, job, start, nodes in jobs:
+            server = by_job.get(job_key(cluster, job))
+            if server is not None and len(nodes) == 1:
+                links.append((job_event_id(cluster, job, start, nodes[0], nodes=1), *server))
+    return pa.table(
+        {
+            name: pa.array([link[i] for link in links], pa.string())
+            for i, name in enumerate(("event_id", "deployment", "replica"))
+        }
     )
 
 

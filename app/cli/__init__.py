@@ -16,6 +16,7 @@ from app.cli import (
     engine,
     ledger,
     proxy,
+    slurm,
     usage,
 )
 
@@ -42,6 +43,7 @@ proxy.register(app)
 alerts.register(app)
 budgets.register(app)
 anomalies.register(app)
+slurm.register(app, ingest_app=ingest_app)
 
 
 def main() -> None:

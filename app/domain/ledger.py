@@ -59,6 +59,11 @@ class AllocationMethod(StrEnum):
     gpu_seconds = "gpu_seconds"
     gpu_seconds_two_level = "gpu_seconds:hour,team"
     """By GPU-seconds in two levels: (charge hour, team) buckets, then their requests."""
+    gpu_seconds_slurm_job = "gpu_seconds:slurm-job"
+    """A request's share of the Slurm job its server ran in: the job's share of its node,
+    split again by the proxy's GPU-seconds."""
+    gpu_seconds_slurm_unmetered = "gpu_seconds:slurm-unmetered"
+    """What a metered Slurm job's requests did not use of the job's share: the job's own."""
     proportional = "proportional"
     proportional_two_level = "proportional:hour,team"
     even = "even"

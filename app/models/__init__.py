@@ -12,6 +12,7 @@ from app.models.ledger import (
     LedgerPoolRow,
     LedgerRollup,
 )
+from app.models.slurm import SlurmIngest, SlurmJob
 from app.models.sweep import Sweep, SweepPointRecord
 from app.models.usage import ReplicaIdle, UsageRecord
 
@@ -30,6 +31,8 @@ __all__ = [
     "LedgerRollup",
     "Replica",
     "ReplicaIdle",
+    "SlurmIngest",
+    "SlurmJob",
     "Sweep",
     "SweepPointRecord",
     "UsageRecord",

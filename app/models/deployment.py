@@ -40,3 +40,6 @@ class Replica(Base):
     resource_id: Mapped[str | None] = mapped_column(String(1024), nullable=True, unique=True)
     """Billing ResourceId (e.g. the EC2 instance ARN) whose rows belong to this replica."""
     base_url: Mapped[str | None] = mapped_column(String(512), nullable=True)
+    slurm_job: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    """``cluster:job`` of the Slurm job this replica runs in: the job's share of its nodes is
+    split again to the replica's requests (the rest is the job's own, unmetered)."""

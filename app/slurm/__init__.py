@@ -1,0 +1,1 @@
+"""Slurm clusters: job accounting in, partition schedules out."""
