@@ -22,6 +22,7 @@ from app.slurm.ingest import InvalidSacct, ingest_sacct_text
 from app.slurm.report import slurm_usage
 from ingest.cluster_bill import write_derived_bill
 from ingest.service import IngestOptions, ingest_billing
+from tests.ingest.helpers import focus_row, write_focus_csv
 
 OCTOBER = Month(2026, 10)
 NOW = datetime(2026, 10, 2, 12, tzinfo=UTC)
@@ -313,3 +314,35 @@ def test_a_month_of_jobs_reconciles_to_the_derived_bill_to_the_micro(
     ads = slurm_usage(session, TimeWindow(OCTOBER.start, OCTOBER.end), team="ads")
     assert {x.account for x in ads} == {"ads"}
     assert sum(x.cost_micros for x in ads) == by_team[("ads", "request")]
+
+
+def test_a_cloud_cluster_joins_its_ec2_rows_by_resource_id(
+    session: Session, tmp_path: Path
+) -> None:
+    """ParallelCluster: the node names its EC2 instance; the cloud bill's rows for that
+    instance join the node, and its jobs share them as on-prem jobs share a derived bill."""
+    cloud = {
+        "cluster": "specledger",
+        "currency": "USD",
+        "nodes": {"localhost": {"resource_id": "i-0abc1234def567890", "gpus": 2}},
+    }
+    model = cost_model_from_dict(cloud, source="cluster.toml")
+    register_cluster(session, model)
+    rows = [
+        focus_row(hour=h, cost="9.00", ResourceId="i-0abc1234def567890", Tags="{}")
+        for h in range(2)
+    ]
+    path = write_focus_csv(tmp_path / "aws.csv", rows)
+    ingest_billing(session.connection(), str(path), IngestOptions(source="aws"))
+    _ingest(session, *JOBS[:2])  # job 2: both GPUs for hour 0 (and its batch step)
+    run_allocation(
+        session, Window.of_month(OCTOBER), share_idle=False, tag_key="specledger-deployment"
+    )
+    shares = dict(
+        session.execute(
+            select(LedgerEntry.team, func.sum(LedgerEntry.effective_cost_micros)).group_by(
+                LedgerEntry.team
+            )
+        ).all()
+    )
+    assert shares == {"search": 9_000_000, None: 9_000_000}  # hour 1 is the node's idle
