@@ -703,3 +703,129 @@ def budget_burn_figure(view: BudgetView) -> go.Figure:
                       annotation_text=f"hard limit {money_2dp(view.hard_limit_micros)}")  # fmt: skip
     fig.update_layout(yaxis={"title": view.currency, "rangemode": "tozero"})
     return fig
+
+
+# ---------------------------------------------------------------------------------- slurm
+
+SLURM_METERED_REQUESTS = "(metered requests)"
+"""The partition of a server job's requests (as :mod:`app.slurm.report` names it)."""
+
+
+def has_slurm_jobs(usage: pd.DataFrame) -> bool:
+    """Whether a Slurm usage frame counts any job (the cost page shows its panel only then)."""
+    return not usage.empty and int(usage["jobs"].sum()) > 0
+
+
+def _bracketed_last(names: Iterable[object]) -> list[str]:
+    """Names sorted, the bracketed buckets (``(idle)``, ``(no team)``...) after the rest."""
+    return sorted({str(n) for n in names}, key=lambda n: (n.startswith("("), n))
+
+
+def slurm_usage_figure(usage: pd.DataFrame) -> go.Figure:
+    """GPU-hours and allocated cost of Slurm jobs by account (the team), stacked by partition.
+
+    Two panels side by side sharing the accounts' axis; each account's total is written on
+    its bar, the cost to the cent. Partition ``(idle)`` (a node's unused GPUs) has cost and
+    no GPU-hours; ``(metered requests)`` is the requests a server job served. With more than
+    one cluster an account is named ``cluster/account``. Cost in other currencies than the
+    largest one is left out, with a note.
+
+    Args:
+        usage: ``cluster``, ``account``, ``partition``, ``jobs``, ``gpu_seconds``,
+            ``cost_micros``, ``currency`` (None where there is no cost); one row per cluster,
+            account and partition as :func:`dashboards.data.slurm_usage_frame`.
+    """
+    title = "Slurm GPU-hours and cost by account"
+    if usage.empty:
+        return empty_figure(title)
+    rows = usage.to_dict("records")
+    several_clusters = len({row["cluster"] for row in rows}) > 1
+    costs: dict[str, int] = {}
+    for row in rows:
+        if not _missing(row["currency"]) and row["cost_micros"]:
+            costs[str(row["currency"])] = costs.get(str(row["currency"]), 0) + abs(
+                int(row["cost_micros"])
+            )
+    currency = max(sorted(costs), key=lambda c: costs[c]) if costs else ""
+    others = sorted(set(costs) - {currency})
+    seconds: dict[tuple[str, str], int] = {}
+    jobs: dict[tuple[str, str], int] = {}
+    micros: dict[tuple[str, str], int] = {}
+    for row in rows:
+        account = f"{row['cluster']}/{row['account']}" if several_clusters else str(row["account"])
+        key = (account, str(row["partition"]))
+        seconds[key] = seconds.get(key, 0) + int(row["gpu_seconds"])
+        jobs[key] = jobs.get(key, 0) + int(row["jobs"])
+        if _missing(row["currency"]) or row["currency"] == currency:  # no cost: no currency
+            micros[key] = micros.get(key, 0) + int(row["cost_micros"])
+    accounts = _bracketed_last(a for a, _ in seconds)
+    partitions = _bracketed_last(p for _, p in seconds)
+    colours = colour_map(partitions)
+    colours[SLURM_METERED_REQUESTS] = "#2f4b7c"
+    fig = make_subplots(
+        rows=1,
+        cols=2,
+        subplot_titles=(
+            "GPU-hours (allocated GPUs x time)",
+            f"Cost ({currency}, total {money_2dp(sum(micros.values()))})" if currency else "Cost",
+        ),
+        horizontal_spacing=0.1,
+    )
+    fig.update_layout(title={"text": title}, **_LAYOUT)
+    in_legend: set[str] = set()
+    for partition in partitions:
+        hours = [a for a in accounts if seconds.get((a, partition))]
+        if hours:
+            fig.add_bar(
+                name=partition,
+                legendgroup=partition,
+                showlegend=partition not in in_legend,
+                x=hours,
+                y=[seconds[a, partition] / 3600 for a in hours],
+                customdata=[[jobs[a, partition]] for a in hours],
+                marker_color=colours[partition],
+                hovertemplate=f"%{{x}}<br>{partition}<br>%{{y:,.2f}} GPU-hours, "
+                "%{customdata[0]} jobs<extra></extra>",
+                row=1,
+                col=1,
+            )
+            in_legend.add(partition)
+        costed = [a for a in accounts if micros.get((a, partition))]
+        if costed:
+            fig.add_bar(
+                name=partition,
+                legendgroup=partition,
+                showlegend=partition not in in_legend,
+                x=costed,
+                y=[micros[a, partition] / 1e6 for a in costed],
+                customdata=[
+                    [money_2dp(micros[a, partition]), _money(micros[a, partition])] for a in costed
+                ],
+                marker_color=colours[partition],
+                hovertemplate=f"%{{x}}<br>{partition}<br>{currency} %{{customdata[0]}} "
+                "(exact %{customdata[1]})<extra></extra>",
+                row=1,
+                col=2,
+            )
+            in_legend.add(partition)
+    # Each account's total above its stack (the top of a relative stack: its positive parts).
+    for account in accounts:
+        parts = [seconds.get((account, p), 0) for p in partitions]
+        if sum(parts):
+            fig.add_annotation(
+                x=account, y=sum(parts) / 3600, text=f"{sum(parts) / 3600:,.2f} h",
+                showarrow=False, yanchor="bottom", row=1, col=1, name="total",
+            )  # fmt: skip
+        parts = [micros.get((account, p), 0) for p in partitions]
+        if sum(parts):
+            fig.add_annotation(
+                x=account, y=sum(max(m, 0) for m in parts) / 1e6, text=money_2dp(sum(parts)),
+                showarrow=False, yanchor="bottom", row=1, col=2, name="total",
+            )  # fmt: skip
+    fig.update_layout(barmode="relative", showlegend=True, margin={"t": 90})
+    fig.update_xaxes(categoryorder="array", categoryarray=accounts)
+    fig.update_yaxes(title_text="GPU-hours", rangemode="tozero", row=1, col=1)
+    fig.update_yaxes(title_text=currency or "cost", rangemode="tozero", row=1, col=2)
+    if others:
+        _note(fig, f"cost in other currencies not shown: {', '.join(others)}")
+    return fig

@@ -161,8 +161,11 @@ def cost_page(
     usage: pd.DataFrame,
     sessions: pd.DataFrame,
     reconciliation: pd.DataFrame,
+    slurm: pd.DataFrame | None = None,
 ) -> str:
-    """Cost by team, unit costs, idle share and the reconciliation tile."""
+    """Cost by team, unit costs, idle share and the reconciliation tile; with ``slurm``
+    (:func:`dashboards.data.slurm_usage_frame`) counting a job, the Slurm clusters' GPU-hours
+    and cost by account and partition too (no panel where nobody runs Slurm)."""
     cards = [
         _card(figure_html(figures.cost_by_team_figure(ledger), "cost-by-team"), wide=True),
         _card(figure_html(figures.reconciliation_figure(reconciliation), "reconciliation")),
@@ -182,6 +185,14 @@ def cost_page(
         "Effective (amortised) cost from the month's current allocation run; unit costs "
         "divide a team's request and shared cost by its session-seconds and tokens."
     )
+    if slurm is not None and figures.has_slurm_jobs(slurm):
+        cards.append(
+            _card(figure_html(figures.slurm_usage_figure(slurm), "slurm-usage"), wide=True)
+        )
+        intro += (
+            " Slurm: GPU-hours are the jobs' allocated GPUs over their run time; cost is "
+            "their share of the nodes' bill, a node's unused GPUs as (idle)."
+        )
     return render(ctx, "cost", cards, intro=intro)
 
 

@@ -117,6 +117,13 @@ def _is_admin_view(request: Request) -> bool:
     return bool(getattr(request.state, "dashboard_admin", False))
 
 
+def _s3_endpoint_url(request: Request) -> str | None:
+    """The app's S3 endpoint for ledgers kept in a Parquet store (None: AWS, or an app
+    without settings in its state, as the tests' small dashboards app)."""
+    settings = getattr(request.state, "settings", None)
+    return getattr(settings, "s3_endpoint_url", None)
+
+
 _MonthQuery = Annotated[
     str | None,
     Query(pattern=r"^\d{4}-\d{2}$", description="Month YYYY-MM; default: newest allocated."),
@@ -145,7 +152,8 @@ def plotly_asset(team: DashboardTeam) -> Response:
 def cost(
     request: Request, engine: EngineDep, team: DashboardTeam, month: _MonthQuery = None
 ) -> str:
-    """Cost by team over time, unit costs, idle share and the reconciliation tile."""
+    """Cost by team over time, unit costs, idle share and the reconciliation tile; the Slurm
+    clusters' GPU-hours and cost by account and partition when jobs ran in the month."""
     chosen = _month(engine, month)
     ctx = _context(request, chosen, team, _is_admin_view(request))
     return pages.cost_page(
@@ -154,6 +162,9 @@ def cost(
         usage=data.usage_by_hour(engine, month=chosen, team=team),
         sessions=data.session_seconds_by_hour(engine, month=chosen, team=team),
         reconciliation=data.reconciliation_frame(engine, month=chosen, team=team),
+        slurm=data.slurm_usage_frame(
+            engine, month=chosen, team=team, s3_endpoint_url=_s3_endpoint_url(request)
+        ),
     )
 
 

@@ -64,6 +64,7 @@ def export_pages(
             usage=usage,
             sessions=data.session_seconds_by_hour(engine, month=chosen, team=team),
             reconciliation=data.reconciliation_frame(engine, month=chosen, team=team),
+            slurm=data.slurm_usage_frame(engine, month=chosen, team=team),
         ),
         "breakeven": pages.breakeven_page(
             ctx,
