@@ -4,11 +4,17 @@ allocate, and read GPU-hours and cost by account and partition; bad input exits 
 file, line and field named."""
 
 import json
+from datetime import UTC, datetime
 from pathlib import Path
 
+from sqlalchemy import Engine
+from sqlalchemy.orm import Session
 from typer.testing import CliRunner
 
 from app.cli import app
+from app.domain.ledger import EntryKind
+from tests.breakeven.test_partition_load import WEEK, _rollup, _run, _store_sweep
+from tests.factories import insert_usage, usage_record
 from tests.slurm.test_ingest_sacct import ENDED, HEADER, JOBS, line
 
 runner = CliRunner()
@@ -99,3 +105,45 @@ def test_bad_accounting_is_refused_naming_the_line_and_field(cli_env: str, tmp_p
     )
     assert missing.exit_code == 2
     assert "cannot run 'no-such-sacct': not found" in missing.output
+
+
+def test_the_partition_schedule_from_the_command_line(
+    cli_env: str, engine: Engine, tmp_path: Path
+) -> None:
+    """A deployment with a fitted sweep, a week of load (40 sessions at the current hour of
+    the week, none otherwise) and a ledger price of 5.00 per GPU-hour: the schedule, its
+    JSON and the power-saving settings, as an operator gets them."""
+    now = datetime.now(UTC).replace(minute=0, second=0, microsecond=0)
+    sessions = [
+        usage_record(session_id=f"s{i}", arrived=now - WEEK, seconds=3600) for i in range(40)
+    ]
+    with Session(engine) as session, session.begin():
+        insert_usage(session.connection(), sessions)
+        run = _run(session, "2026-09")
+        _rollup(session, run, "2026-09", kind=EntryKind.request, cost=40_000_000, gpu_hours=8)
+        _store_sweep(session, tmp_path, "d1")
+    args = [
+        "slurm",
+        "schedule",
+        "--deployment",
+        "d1",
+        "--nodes",
+        "gpu[01-04]",
+        "--tpot-p90-ms",
+        "1000",
+        "--partition",
+        "infer",
+        "--weeks",
+        "1",
+    ]
+    plan = json.loads(_ok(*args, "--output", "json"))
+    assert plan["partition"] == "infer"
+    assert plan["nodes"] == ["gpu01", "gpu02", "gpu03", "gpu04"]
+    lines = _ok(*args)
+    assert "scontrol update PartitionName=infer Nodes=gpu01" in lines
+    power = _ok(*args, "--output", "power-saving")
+    assert "SuspendExcNodes=gpu01" in power
+    assert "ResumeProgram=/etc/slurm/resume.sh" in power
+    bad = runner.invoke(app, [*args[:4], "--nodes", "gpu[01-", *args[6:]])
+    assert bad.exit_code == 2
+    assert "--nodes" in bad.output
