@@ -374,3 +374,11 @@ def test_bad_explain_input_is_refused():
         explain(facts(), [])
     with pytest.raises(InvalidInput, match="cost nothing"):
         explain(facts(), [BucketFacts(cost_micros=0)], expected_micros=5)
+
+
+def test_a_new_subject_whose_baseline_cost_nothing_is_explained_against_zero():
+    """A deployment whose spend starts inside the judged window: its baseline buckets cost
+    nothing and the detector expected 0; the whole cost is the deviation (it used to raise
+    and stop `alerts check` for every subject)."""
+    drivers = explain(facts(), [BucketFacts(cost_micros=0)], expected_micros=0)
+    assert_views_add_up(drivers, facts().cost_micros)

@@ -284,20 +284,21 @@ def explain(
         the values of each categorical dimension.
 
     Raises:
-        InvalidInput: If the baseline is empty, or an expected cost is given for a baseline
-            that cost nothing.
+        InvalidInput: If the baseline is empty, or an expected cost above 0 is given for a
+            baseline that cost nothing.
     """
     if not baseline:
         raise InvalidInput("the baseline needs at least one bucket")
     base = _mean_side(baseline)
     if expected_micros is not None:
         _non_negative_int("expected_micros", expected_micros)
-        if base.cost <= 0:
+        if base.cost <= 0 < expected_micros:
             raise InvalidInput(
                 "cannot scale a baseline that cost nothing to an expected cost; pass "
                 "expected_micros=None"
             )
-        base = base.scaled(expected_micros / base.cost)
+        if base.cost > 0:  # a baseline that cost nothing is already what was expected: 0
+            base = base.scaled(expected_micros / base.cost)
     actual = _mean_side([anomalous])
     deviation = anomalous.cost_micros - round(base.cost)
     factors = _factor_drivers(base, actual, deviation)
