@@ -26,6 +26,7 @@ from app.ops import MetricsMiddleware, RequestMetrics, redact_keys_in_access_log
 from app.ops import router as ops_router
 from app.settings import Settings, get_settings
 from app.slurm.router import router as slurm_router
+from app.speculation.router import router as speculation_router
 from app.usage.router import router as usage_router
 from app.waste.router import router as waste_router
 from dashboards.router import router as dashboards_router
@@ -58,6 +59,7 @@ V1_ROUTERS: tuple[APIRouter, ...] = (
     budgets_router,
     anomalies_router,
     slurm_router,
+    speculation_router,
 )
 
 

@@ -1,5 +1,6 @@
 """One pass over everything that alerts: budget thresholds and forecasts, cost anomalies
-(last day and last hour), waste findings of the month so far, and acceptance drift. Each event alerts once
+(last day and last hour), waste findings of the month so far, and acceptance drift (of
+production traffic, and of the acceptance probes). Each event alerts once
 (the alerts channel deduplicates), so the pass can run as often as a scheduler likes."""
 
 from dataclasses import dataclass
@@ -15,6 +16,8 @@ from app.domain.money import format_micros
 from app.domain.periods import Month
 from app.domain.waste import Finding, Thresholds
 from app.domain.windows import TimeWindow
+from app.probe import drift_alert as probe_drift_alert
+from app.probe import probe_drifts
 from app.settings import Settings
 from app.waste.service import find_waste
 
@@ -52,6 +55,10 @@ def check_everything(session: Session, *, now: datetime, settings: Settings) -> 
     drift_alerts = sum(
         enqueue(session, drift_alert(drift, now=now), now)
         for drift in acceptance_drifts(session, now=now, currency=settings.default_currency)
+    )
+    drift_alerts += sum(
+        enqueue(session, probe_drift_alert(drift, now=now), now)
+        for drift in probe_drifts(session, now=now, currency=settings.default_currency)
     )
     return WatchSummary(budget_alerts, anomaly_alerts, waste_alerts, drift_alerts)
 

@@ -14,9 +14,12 @@ from app.cli import (
     db,
     demo,
     engine,
+    health,
     ledger,
+    probe,
     proxy,
     slurm,
+    speculation,
     usage,
 )
 
@@ -44,6 +47,9 @@ alerts.register(app)
 budgets.register(app)
 anomalies.register(app)
 slurm.register(app, ingest_app=ingest_app)
+probe.register(app)
+health.register(app)
+speculation.register(app)
 
 
 def main() -> None:

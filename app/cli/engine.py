@@ -15,7 +15,7 @@ from rich.console import Console
 
 from app.cli._support import UserError, user_errors
 from app.settings import get_settings
-from serving.engine import launcher, model_prep
+from serving.engine import distill, launcher, model_prep
 from serving.engine.config import (
     DEFAULT_VLLM_PYTHON,
     BatchSizeBand,
@@ -97,6 +97,63 @@ def prepare(
     _out.print(str(prepared.target))
     if prepared.draft is not None:
         _out.print(str(prepared.draft))
+
+
+@models_app.command("distill-draft")
+def distill_draft(
+    draft_layers: Annotated[
+        int, typer.Option(help="Distil the prepared draft of this many layers.")
+    ] = DEFAULT_DRAFT_LAYERS,
+    steps: Annotated[int, typer.Option(help="Optimizer steps (8 continuations each).")] = 200,
+    max_minutes: Annotated[
+        float, typer.Option(help="Stop training after this long, steps done or not.")
+    ] = 15.0,
+    new_tokens: Annotated[
+        int, typer.Option(help="Length of the target's continuations to imitate.")
+    ] = 64,
+    out: Annotated[
+        Path | None,
+        typer.Option(help="Result folder (default: <cache>/<target>-draft-L<N>-distilled)."),
+    ] = None,
+    force: Annotated[bool, typer.Option(help="Distil again over an existing result.")] = False,
+    threads: Annotated[
+        int | None, typer.Option(help="torch threads for training (default: one per core).")
+    ] = None,
+    cache: CacheOption = None,
+    vllm_python: Annotated[
+        Path, typer.Option(help="Python of the vLLM venv (scripts/install_vllm_cpu.sh).")
+    ] = DEFAULT_VLLM_PYTHON,
+    timeout: Annotated[
+        float, typer.Option(help="Seconds to wait for the target engine's /health.")
+    ] = 400.0,
+) -> None:
+    """Fine-tune the truncated draft to imitate the target, on the CPU, in minutes.
+
+    Serves the target with vLLM, records its greedy continuations of a bundled prompt set
+    with its top next-token log-probabilities, and trains the draft on them (a KL
+    divergence to the target's distribution). The undistilled draft is kept; serve the
+    result with `engine start --spec draft_model --draft-model <printed folder>`.
+    """
+    cache = (cache or get_settings().models_dir).resolve()
+    result_dir = (out or distill.distilled_dir(cache, draft_layers)).resolve()
+    with user_errors():
+        if model_prep.is_prepared(result_dir) and not force:
+            _err.print(f"[green]Distilled draft already in {result_dir}[/] (--force redoes it)")
+            _out.print(str(result_dir))
+            return
+        result = distill.distill_draft(
+            target=model_prep.target_dir(cache),
+            draft=model_prep.draft_dir(cache, draft_layers),
+            out=result_dir,
+            vllm_python=vllm_python.absolute(),
+            settings=distill.DistillSettings(
+                steps=steps, max_seconds=60 * max_minutes, new_tokens=new_tokens, threads=threads
+            ),
+            console=_err,
+            start_timeout_s=timeout,
+        )
+    _err.print(f"[green]✓[/] Done in {result.seconds:.0f} s")
+    _out.print(str(result.draft))
 
 
 @engine_app.command("start")

@@ -224,8 +224,12 @@ def schedule(
     ],
     tpot_p90_ms: Annotated[float, typer.Option(help="The TPOT p90 target, milliseconds.")],
     partition: Annotated[str, typer.Option(help="The inference partition.")] = "inference",
-    replicas_per_node: Annotated[int, typer.Option(min=1)] = 1,
-    gpus_per_node: Annotated[int, typer.Option(min=1)] = 8,
+    replicas_per_node: Annotated[
+        int, typer.Option(min=1, help="Serving replicas per node (load spreads evenly).")
+    ] = 1,
+    gpus_per_node: Annotated[
+        int, typer.Option(min=1, help="GPUs per node: a node-hour is this many GPU-hours.")
+    ] = 8,
     price_deployment: Annotated[
         str | None,
         typer.Option(
@@ -240,8 +244,12 @@ def schedule(
     output: Annotated[
         str, typer.Option(help="scontrol (crontab lines), power-saving (slurm.conf), or json.")
     ] = "scontrol",
-    resume_program: Annotated[str, typer.Option()] = "/etc/slurm/resume.sh",
-    suspend_program: Annotated[str, typer.Option()] = "/etc/slurm/suspend.sh",
+    resume_program: Annotated[
+        str, typer.Option(help="slurm.conf ResumeProgram (power-saving output).")
+    ] = "/etc/slurm/resume.sh",
+    suspend_program: Annotated[
+        str, typer.Option(help="slurm.conf SuspendProgram (power-saving output).")
+    ] = "/etc/slurm/suspend.sh",
 ) -> None:
     """How many nodes the inference partition needs in each hour of the week to meet a TPOT
     p90 target at the deployment's measured load (p90 of concurrent sessions per hour of

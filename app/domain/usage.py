@@ -19,6 +19,8 @@ __all__ = ["ReplicaIdleEvent", "UsageEvent", "UsageStatus"]
 SESSION_ID_MAX = 128
 """Longest session id, team, cost center or tag the usage record stores."""
 MODEL_MAX = 256
+HISTOGRAM_MAX = 65
+"""Most entries of a request's acceptance histogram: ``k + 1`` for k up to 64."""
 
 
 class UsageStatus(StrEnum):
@@ -59,6 +61,10 @@ class UsageEvent:
     num_drafts: int = 0
     draft_tokens: int = 0
     accepted_tokens: int = 0
+    accepted_hist: tuple[int, ...] | None = None
+    """vLLM's ``acceptance_histogram`` of the request: ``k + 1`` counts, entry ``j`` the
+    verification steps that accepted exactly ``j`` drafted tokens (see
+    :mod:`app.domain.acceptance_positions`); None when the server did not report one."""
     gpu_ns: int = 0
     """GPU-nanoseconds allocated by the replica's meter."""
     concurrency: int = 1
@@ -72,6 +78,7 @@ class UsageEvent:
         row = {name: getattr(self, name) for name in _USAGE_FIELDS}
         row["tags"] = dict(self.tags)
         row["status"] = str(self.status)
+        row["accepted_hist"] = None if self.accepted_hist is None else list(self.accepted_hist)
         return row
 
     def to_json(self) -> dict[str, Any]:

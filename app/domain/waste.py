@@ -1,6 +1,6 @@
 """Waste findings: where speculative serving spends money for nothing, and what to do about it.
 
-Three kinds of finding, each with the cost seen in the query window, an estimated monthly
+Six kinds of finding, each with the cost seen in the query window, an estimated monthly
 cost (the window's rate over an average month) and a recommended action:
 
 * ``low_acceptance``: drafted tokens are mostly rejected. A group is flagged only when even
@@ -13,6 +13,14 @@ cost (the window's rate over an average month) and a recommended action:
   breakeven, where speculation is slower than plain decoding. The cost is what those
   requests cost times the modelled slowdown ``1 - speedup``.
 * ``idle_gpu``: a deployment's idle share of its GPU cost is above a threshold.
+* ``draft_memory``: the draft model's memory would serve more as KV cache than speculation
+  gains, or the drafter is loaded and unused (judged in :mod:`app.domain.engine_memory`).
+* ``unpaid_draft_positions``: a deployment drafts positions beyond the ones that pay, by
+  the measured acceptance of each position (judged in
+  :mod:`app.domain.acceptance_positions`).
+* ``acceptance_drift``: a deployment's probe acceptance fell from its baseline (Page's
+  CUSUM, :mod:`app.domain.probe`); the cost is the deployment's spend since the change
+  times the share of GPU work the lost acceptance added (found by :mod:`app.probe`).
 
 Drafted tokens are not independent trials: a draft step stops at its first rejection, and
 one request's steps share a prompt, a drafter state and a kind of text, so acceptance is
@@ -52,6 +60,12 @@ class FindingKind(StrEnum):
     low_acceptance = "low_acceptance"
     above_breakeven = "above_breakeven"
     idle_gpu = "idle_gpu"
+    acceptance_drift = "acceptance_drift"
+    """A deployment's probe acceptance fell from its baseline (app.probe)."""
+    unpaid_draft_positions = "unpaid_draft_positions"
+    """Draft positions beyond the ones that pay (app.domain.acceptance_positions)."""
+    draft_memory = "draft_memory"
+    """The drafter's memory would serve more as KV cache (app.domain.engine_memory)."""
 
 
 class Scope(StrEnum):

@@ -281,7 +281,7 @@ def _usage_view(
             {_micros_as_time("arrived_us")} AS arrived_at,
             {_micros_as_time("finished_us")} AS finished_at,
             gpu_ns, prompt_tokens, cached_tokens, completion_tokens, num_drafts, draft_tokens,
-            accepted_tokens, concurrency::INTEGER AS concurrency, status
+            accepted_tokens, accepted_hist, concurrency::INTEGER AS concurrency, status
         FROM usage_files
         QUALIFY row_number() OVER (PARTITION BY event_id ORDER BY usage_ord) = 1"""
     )
@@ -298,4 +298,5 @@ _EMPTY_USAGE = """SELECT NULL::VARCHAR AS event_id, NULL::VARCHAR AS session_id,
     NULL::TIMESTAMPTZ AS finished_at, NULL::BIGINT AS gpu_ns, NULL::BIGINT AS prompt_tokens,
     NULL::BIGINT AS cached_tokens, NULL::BIGINT AS completion_tokens,
     NULL::BIGINT AS num_drafts, NULL::BIGINT AS draft_tokens, NULL::BIGINT AS accepted_tokens,
+    NULL::BIGINT[] AS accepted_hist,
     NULL::INTEGER AS concurrency, NULL::VARCHAR AS status WHERE false"""

@@ -5,6 +5,7 @@ from app.models.api_key import ApiKey
 from app.models.billing import BillingDelivery, BillingRow
 from app.models.budget import Budget
 from app.models.deployment import Deployment, Replica
+from app.models.engine_memory import EngineMemory
 from app.models.ledger import (
     AllocationRun,
     LedgerClosure,
@@ -12,6 +13,7 @@ from app.models.ledger import (
     LedgerPoolRow,
     LedgerRollup,
 )
+from app.models.probe import ProbeRun
 from app.models.slurm import SlurmIngest, SlurmJob
 from app.models.sweep import Sweep, SweepPointRecord
 from app.models.usage import ReplicaIdle, UsageRecord
@@ -25,10 +27,12 @@ __all__ = [
     "BillingRow",
     "Budget",
     "Deployment",
+    "EngineMemory",
     "LedgerClosure",
     "LedgerEntry",
     "LedgerPoolRow",
     "LedgerRollup",
+    "ProbeRun",
     "Replica",
     "ReplicaIdle",
     "SlurmIngest",

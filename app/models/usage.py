@@ -3,11 +3,16 @@
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import BigInteger, Boolean, Index, Integer, String, Text
+from sqlalchemy import JSON, BigInteger, Boolean, Index, Integer, String, Text
+from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.db import Base, BigIntId, UTCDateTime
 from app.models.billing import JsonType
+
+_HISTOGRAM = JSON(none_as_null=True).with_variant(JSONB(none_as_null=True), "postgresql")
+"""JsonType that stores None as SQL NULL (not JSON ``null``), so ``IS NOT NULL`` finds the
+records that have a histogram."""
 
 
 class UsageRecord(Base):
@@ -49,6 +54,10 @@ class UsageRecord(Base):
     num_drafts: Mapped[int] = mapped_column(Integer, default=0)
     draft_tokens: Mapped[int] = mapped_column(Integer, default=0)
     accepted_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    accepted_hist: Mapped[list[int] | None] = mapped_column(_HISTOGRAM, nullable=True)
+    """vLLM's per-request ``acceptance_histogram``: ``k + 1`` counts, entry ``j`` the
+    verification steps that accepted exactly ``j`` drafted tokens (bonus token excluded);
+    None when the server did not report it."""
 
     gpu_ns: Mapped[int] = mapped_column(BigInteger, default=0)
     """GPU-nanoseconds allocated to the request by the proxy's meter (GPUs x wall time)."""

@@ -6,7 +6,13 @@ from typing import Annotated, Any, Literal, Self
 
 from pydantic import AwareDatetime, Field, ValidationError, model_validator
 
-from app.domain.usage import MODEL_MAX, SESSION_ID_MAX, ReplicaIdleEvent, UsageEvent
+from app.domain.usage import (
+    HISTOGRAM_MAX,
+    MODEL_MAX,
+    SESSION_ID_MAX,
+    ReplicaIdleEvent,
+    UsageEvent,
+)
 from app.kit.schemas import (
     INTEGER_MAX,
     NAME_MAX,
@@ -54,6 +60,11 @@ class UsageEventIn(Schema):
     num_drafts: int = Field(0, strict=True, ge=0, le=INTEGER_MAX)
     draft_tokens: int = Field(0, strict=True, ge=0, le=INTEGER_MAX)
     accepted_tokens: int = Field(0, strict=True, ge=0, le=INTEGER_MAX)
+    accepted_hist: list[Annotated[int, Field(strict=True, ge=0, le=INTEGER_MAX)]] | None = Field(
+        None, min_length=1, max_length=HISTOGRAM_MAX
+    )
+    """vLLM's ``acceptance_histogram``: entry ``j`` counts the verification steps that
+    accepted exactly ``j`` drafted tokens (``k + 1`` entries)."""
     gpu_ns: int = Field(0, strict=True, ge=0, le=2**62)
     concurrency: int = Field(1, strict=True, ge=1, le=INTEGER_MAX)
     status: Literal["ok", "error", "cancelled"] = "ok"
@@ -74,6 +85,8 @@ class UsageEventIn(Schema):
         for name in ("arrived_at", "first_token_at", "finished_at"):
             if fields[name] is not None:
                 fields[name] = fields[name].astimezone(UTC)
+        if fields["accepted_hist"] is not None:
+            fields["accepted_hist"] = tuple(fields["accepted_hist"])
         return UsageEvent(**fields)
 
 

@@ -1,12 +1,13 @@
 """Usage records in a Parquet store: ``usage/month=YYYY-MM/deployment=D/hour=YYYY-MM-DDTHH``.
 
-The store keeps what the allocation plan reads (app.allocation.plan's usage input) and the
-token counts unit costs need. ``usage_ord`` orders requests that tie in the largest
-remainder split (same remainder, same arrival microsecond): a record copied from the
-database keeps its id there, one written by the proxy or from a JSONL log gets the first 63
-bits of the SHA-256 of its event id, so the order is the same whoever writes it. A record
-written twice (a log loaded after the proxy wrote it) is read once: the plan's reader keeps
-the lowest ``usage_ord`` per event id.
+The store keeps what the allocation plan reads (app.allocation.plan's usage input), the
+token counts unit costs need and each request's acceptance histogram (``accepted_hist``;
+files written before it was kept read as null there). ``usage_ord`` orders requests that
+tie in the largest remainder split (same remainder, same arrival microsecond): a record
+copied from the database keeps its id there, one written by the proxy or from a JSONL log
+gets the first 63 bits of the SHA-256 of its event id, so the order is the same whoever
+writes it. A record written twice (a log loaded after the proxy wrote it) is read once:
+the plan's reader keeps the lowest ``usage_ord`` per event id.
 """
 
 import hashlib
@@ -51,6 +52,7 @@ SCHEMA = pa.schema(
         ("num_drafts", pa.int64()),
         ("draft_tokens", pa.int64()),
         ("accepted_tokens", pa.int64()),
+        ("accepted_hist", pa.list_(pa.int64())),
         ("concurrency", pa.int64()),
         ("status", pa.string()),
     ]
@@ -99,6 +101,9 @@ def events_table(events: Sequence[UsageEvent]) -> pa.Table:
         "num_drafts": [e.num_drafts for e in events],
         "draft_tokens": [e.draft_tokens for e in events],
         "accepted_tokens": [e.accepted_tokens for e in events],
+        "accepted_hist": [
+            None if e.accepted_hist is None else list(e.accepted_hist) for e in events
+        ],
         "concurrency": [e.concurrency for e in events],
         "status": [str(e.status) for e in events],
     }
@@ -168,6 +173,7 @@ def _database_batches(session: Session, start: datetime, end: datetime) -> Itera
         UsageRecord.num_drafts,
         UsageRecord.draft_tokens,
         UsageRecord.accepted_tokens,
+        UsageRecord.accepted_hist,
         UsageRecord.concurrency,
         UsageRecord.status,
     ]

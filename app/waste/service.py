@@ -30,9 +30,11 @@ from app.domain.waste import (
     low_acceptance_findings,
 )
 from app.domain.windows import TimeWindow
+from app.engine_health.draft_memory import draft_memory_findings
 from app.ledger.entry_reader import EntryReader, WindowPart, places, window_readers
 from app.ledger.repository import current_run_ids
 from app.models import Deployment, LedgerEntry, Replica, UsageRecord
+from app.speculation.positions import unpaid_position_findings
 
 
 @dataclass(slots=True)
@@ -66,6 +68,14 @@ def find_waste(
         groups = _acceptance(parts, window, team)
         above = _above_breakeven(parts, curves, window, team)
         idle = _idle_by_deployment(parts) if team is None else {}
+        unpaid = unpaid_position_findings(
+            session,
+            parts,
+            window=window,
+            team=team,
+            min_requests=thresholds.min_requests,
+            window_seconds=observed,
+        )
         currency = next(
             (found for p in parts if (found := _currency(p.reader, p.start, p.end))), None
         )
@@ -74,6 +84,10 @@ def find_waste(
         findings += low_acceptance_findings(
             list(scope_groups.values()), thresholds, window_seconds=observed
         )
+    # A deployment flagged for low acceptance keeps that finding alone: its cost already
+    # holds every rejected draft token, those at unpaid positions included.
+    flagged = {f.key for f in findings if f.scope is Scope.deployment}
+    findings += [f for f in unpaid if f.key not in flagged]
     for deployment, exposure in above.items():
         finding = above_breakeven_finding(curves[deployment], exposure, window_seconds=observed)
         if finding is not None:
@@ -81,6 +95,13 @@ def find_waste(
     if team is None:
         exposures = _idle_exposures(session, idle)
         findings += idle_findings(exposures, thresholds, window_seconds=observed)
+        findings += draft_memory_findings(
+            session,
+            gpu_cost={name: total for name, (_, total) in idle.items()},
+            acceptance=groups[Scope.deployment],
+            curves=curves,
+            window_seconds=observed,
+        )
     findings.sort(key=lambda f: (-f.monthly_cost_micros, f.kind, f.scope, f.key))
     return WasteReport(window, observed, currency or default_currency, findings)
 

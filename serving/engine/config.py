@@ -51,6 +51,24 @@ class DraftModelSpeculation(_Frozen):
     extra: dict[str, JsonValue] = Field(default_factory=dict)
 
 
+class MedusaSpeculation(_Frozen):
+    """Medusa heads on the target's last hidden state each guess one token further ahead.
+
+    ``heads`` is a checkpoint vLLM reads as ``model_type: "medusa"`` (``config.json`` with
+    ``num_heads``, ``num_hidden_layers`` residual blocks per head, ``hidden_size`` and
+    ``vocab_size`` of the target; weights ``blocks.<head>.layers.<layer>.weight`` and
+    ``lm_heads.<head>.weight``, or one shared ``lm_heads.0.weight`` with
+    ``original_lm_head: true``).
+    """
+
+    method: Literal["medusa"] = "medusa"
+    heads: str
+    """Path or name of the Medusa heads checkpoint."""
+    k: PositiveInt | None = None
+    """Tokens drafted per step; default: the checkpoint's number of heads."""
+    extra: dict[str, JsonValue] = Field(default_factory=dict)
+
+
 class OtherSpeculation(_Frozen):
     """Any other vLLM method (eagle3, mtp, suffix, ...), its options passed through as given."""
 
@@ -62,7 +80,7 @@ class OtherSpeculation(_Frozen):
 
 
 Speculation = Annotated[
-    NoSpeculation | NgramSpeculation | DraftModelSpeculation | OtherSpeculation,
+    NoSpeculation | NgramSpeculation | DraftModelSpeculation | MedusaSpeculation | OtherSpeculation,
     Field(discriminator="method"),
 ]
 

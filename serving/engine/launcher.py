@@ -27,6 +27,7 @@ from serving.engine.config import (
     DEFAULT_ENGINES_DIR,
     DraftModelSpeculation,
     EngineConfig,
+    MedusaSpeculation,
     NgramSpeculation,
     NoSpeculation,
     OtherSpeculation,
@@ -121,6 +122,11 @@ def speculative_config(config: EngineConfig) -> dict[str, Any] | None:
                 "num_speculative_tokens": spec.k,
                 **spec.extra,
             }
+        case MedusaSpeculation():
+            result = {"method": "medusa", "model": spec.heads}
+            if spec.k is not None:
+                result["num_speculative_tokens"] = spec.k
+            result.update(spec.extra)
         case OtherSpeculation():
             result = {"method": spec.vllm_method, **spec.options}
     if config.batch_size_schedule is not None:

@@ -251,6 +251,7 @@ async def _relay(
             meter_tokens=tally.final_tokens(),
             http_status=upstream.status_code,
             error=error,
+            accepted_hist=tally.acceptance_histogram,
         )
 
 
@@ -425,6 +426,7 @@ async def _complete(
         meter_tokens=response_tokens(parsed) if ok else 0,
         http_status=upstream.status_code,
         error=None if ok else parsed.error or f"HTTP {upstream.status_code}",
+        accepted_hist=metrics.acceptance_histogram if metrics else None,
     )
     return Response(payload, status_code=upstream.status_code, headers=headers)
 

@@ -164,8 +164,10 @@ class ProxyState:
         meter_tokens: int,
         http_status: int | None,
         error: str | None = None,
+        accepted_hist: tuple[int, ...] | None = None,
     ) -> None:
-        """Close a request on its meter and queue its record for settlement."""
+        """Close a request on its meter and queue its record for settlement
+        (``accepted_hist``: vLLM's acceptance histogram of the request, when it sent one)."""
         if request.done:
             return
         request.done = True
@@ -195,6 +197,7 @@ class ProxyState:
             num_drafts=spec.num_drafts if spec else 0,
             draft_tokens=spec.draft_tokens if spec else 0,
             accepted_tokens=spec.accepted_tokens if spec else 0,
+            accepted_hist=accepted_hist if spec else None,
             concurrency=request.concurrency,
             status=status,
             http_status=http_status,

@@ -115,6 +115,10 @@ class RequestMetrics:
     mean_itl_ms: float | None = None
     spec: SpecDecodeStats | None = None
     """None when the server runs without speculation."""
+    acceptance_histogram: tuple[int, ...] | None = None
+    """``speculative_decoding.acceptance_histogram``: entry ``j`` counts the request's
+    verification steps that accepted exactly ``j`` drafted tokens (``k + 1`` entries);
+    None when absent or malformed."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,7 +190,27 @@ def _metrics(value: Any) -> RequestMetrics | None:
         )
         if isinstance(spec, Mapping)
         else None,
+        acceptance_histogram=_histogram(spec.get("acceptance_histogram"))
+        if isinstance(spec, Mapping)
+        else None,
     )
+
+
+_HISTOGRAM_MAX = 65
+"""Entries of the longest histogram kept (``k + 1`` for k up to 64, as usage records hold)."""
+_COUNT_MAX = 2**31 - 1
+
+
+def _histogram(value: Any) -> tuple[int, ...] | None:
+    """A list of non-negative integer counts, or None for anything else (a histogram with
+    one bad entry says nothing reliable)."""
+    if not isinstance(value, list) or not 0 < len(value) <= _HISTOGRAM_MAX:
+        return None
+    if any(
+        isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= _COUNT_MAX for v in value
+    ):
+        return None
+    return tuple(value)
 
 
 def _error_message(value: Any) -> str | None:
@@ -361,6 +385,11 @@ class StreamTally:
     def spec(self) -> SpecDecodeStats | None:
         """The request's speculative-decoding counts (from the final usage chunk)."""
         return self.metrics.spec if self.metrics else None
+
+    @property
+    def acceptance_histogram(self) -> tuple[int, ...] | None:
+        """The request's acceptance histogram (from the final usage chunk)."""
+        return self.metrics.acceptance_histogram if self.metrics else None
 
     def final_tokens(self) -> int:
         """Tokens not yet handed to the meter when the stream ends: any shortfall against

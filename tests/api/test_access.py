@@ -104,6 +104,7 @@ CASES: dict[tuple[str, str], Case] = {
     ("DELETE", "/v1/budgets/{ident}"): Case(path_params={"ident": "b9"}, admin_only=True),
     ("GET", "/v1/slurm/jobs"): Case(query={"month": "2026-10"}, team_param=True),
     ("GET", "/v1/slurm/usage"): Case(query={"month": "2026-10"}, team_param=True),
+    ("GET", "/v1/speculation/positions"): Case(query={"window": "2026-10"}, team_param=True),
     ("GET", "/dashboards"): Case(shows_team_data=True),  # redirects to the cost page
     ("GET", "/dashboards/cost"): Case(team_param=True, shows_team_data=True),
     ("GET", "/dashboards/speculation"): Case(team_param=True, shows_team_data=True),

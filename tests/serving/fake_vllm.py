@@ -187,6 +187,9 @@ class Plan:
     def metrics(self) -> dict[str, Any]:
         drafts = len(self.steps) - 1
         accepted = sum(size - 1 for size in self.steps[1:])
+        histogram = [0] * (self.k + 1)  # steps that accepted exactly j drafted tokens
+        for size in self.steps[1:]:
+            histogram[min(size - 1, self.k)] += 1
         return {
             "time_to_first_token_ms": 12.5,
             "generation_time_ms": 40.0,
@@ -197,6 +200,7 @@ class Plan:
                 "num_draft_tokens": drafts * self.k,
                 "num_accepted_draft_tokens": accepted,
                 "num_spec_tokens": self.k,
+                "acceptance_histogram": histogram,
             },
         }
 

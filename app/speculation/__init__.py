@@ -1,0 +1,1 @@
+"""Speculation health: acceptance per draft position per deployment, and the k it advises."""

