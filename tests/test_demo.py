@@ -50,3 +50,13 @@ def test_demo_runs_end_to_end_with_its_sweep_without_serving(
     assert "speculation pays below" in sweep_line or "no breakeven in concurrency 1-32" in (
         sweep_line
     )
+    # The drafters side by side: plain decoding, ngram and the poor draft at least (the
+    # distilled one once `make model` has distilled it), and the poor draft's waste.
+    table = out[out.index("Drafters side by side") : out.index("Waste findings for the poor")]
+    for label in ("no speculation", "ngram k=4", "6-layer draft, k=4"):
+        assert label in table
+    if (ROOT / DEFAULT_CACHE_DIR / "SmolLM2-135M-Instruct-draft-L6-distilled").exists():
+        assert "distilled 6-layer draft" in table
+    findings = out[out.index("Waste findings for the poor draft") :].split("\nSweep:")[0]
+    assert "low_acceptance" in findings
+    assert "draft_memory" in findings

