@@ -216,9 +216,11 @@ def job_links(session: Session) -> pa.Table:
     by_job = {key: (deployment, replica) for key, deployment, replica in servers}
     links: list[tuple[str, str, str]] = []
     if by_job:
+        # Only the linked jobs' runs, not every job the clusters ever ran.
+        linked = {key.partition(":")[2] for key in by_job if key}
         jobs = session.execute(
             select(SlurmJob.cluster, SlurmJob.job, SlurmJob.start_at, SlurmJob.nodes).where(
-                SlurmJob.step == "", SlurmJob.metered
+                SlurmJob.step == "", SlurmJob.metered, SlurmJob.job.in_(sorted(linked))
             )
         ).all()
         for cluster, job, start, nodes in jobs:
