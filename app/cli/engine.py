@@ -64,6 +64,15 @@ CacheOption = Annotated[
 NameOption = Annotated[
     str, typer.Option("--name", help="Deployment name; names the config, state and log files.")
 ]
+ThreadsOption = Annotated[
+    int | None, typer.Option(help="torch threads for training (default: one per core).")
+]
+VllmPythonOption = Annotated[
+    Path, typer.Option(help="Python of the vLLM venv (scripts/install_vllm_cpu.sh).")
+]
+StartTimeoutOption = Annotated[
+    float, typer.Option(help="Seconds to wait for the target engine's /health.")
+]
 EnginesDirOption = Annotated[
     Path | None,
     typer.Option(
@@ -116,44 +125,90 @@ def distill_draft(
         typer.Option(help="Result folder (default: <cache>/<target>-draft-L<N>-distilled)."),
     ] = None,
     force: Annotated[bool, typer.Option(help="Distil again over an existing result.")] = False,
-    threads: Annotated[
-        int | None, typer.Option(help="torch threads for training (default: one per core).")
-    ] = None,
+    threads: ThreadsOption = None,
     cache: CacheOption = None,
-    vllm_python: Annotated[
-        Path, typer.Option(help="Python of the vLLM venv (scripts/install_vllm_cpu.sh).")
-    ] = DEFAULT_VLLM_PYTHON,
-    timeout: Annotated[
-        float, typer.Option(help="Seconds to wait for the target engine's /health.")
-    ] = 400.0,
+    vllm_python: VllmPythonOption = DEFAULT_VLLM_PYTHON,
+    timeout: StartTimeoutOption = 400.0,
 ) -> None:
     """Fine-tune the truncated draft to imitate the target, on the CPU, in minutes.
 
-    Serves the target with vLLM, records its greedy continuations of a bundled prompt set
-    with its top next-token log-probabilities, and trains the draft on them (a KL
-    divergence to the target's distribution). The undistilled draft is kept; serve the
-    result with `engine start --spec draft_model --draft-model <printed folder>`.
+    Serves the target with vLLM, records its continuations of a bundled prompt set with its
+    top next-token log-probabilities, and trains the draft on them (a KL divergence to the
+    target's distribution). The undistilled draft is kept; serve the result with
+    `engine start --spec draft_model --draft-model <printed folder>`.
     """
     cache = (cache or get_settings().models_dir).resolve()
     result_dir = (out or distill.distilled_dir(cache, draft_layers)).resolve()
+    if _already_there(result_dir, force):
+        return
     with user_errors():
-        if model_prep.is_prepared(result_dir) and not force:
-            _err.print(f"[green]Distilled draft already in {result_dir}[/] (--force redoes it)")
-            _out.print(str(result_dir))
-            return
         result = distill.distill_draft(
             target=model_prep.target_dir(cache),
             draft=model_prep.draft_dir(cache, draft_layers),
             out=result_dir,
             vllm_python=vllm_python.absolute(),
             settings=distill.DistillSettings(
-                steps=steps, max_seconds=60 * max_minutes, new_tokens=new_tokens, threads=threads
+                steps=steps,
+                max_seconds=60 * max_minutes,
+                threads=threads,
+                teacher=distill.TeacherSettings(new_tokens=new_tokens),
             ),
             console=_err,
             start_timeout_s=timeout,
         )
     _err.print(f"[green]✓[/] Done in {result.seconds:.0f} s")
-    _out.print(str(result.draft))
+    _out.print(str(result.folder))
+
+
+@models_app.command("medusa-heads")
+def medusa_heads(
+    heads: Annotated[int, typer.Option(help="Medusa heads: tokens guessed per step.")] = 3,
+    steps: Annotated[int, typer.Option(help="Optimizer steps (256 positions each).")] = 300,
+    max_minutes: Annotated[
+        float, typer.Option(help="Stop training after this long, steps done or not.")
+    ] = 15.0,
+    out: Annotated[
+        Path | None,
+        typer.Option(help="Result folder (default: <cache>/<target>-medusa-<heads>)."),
+    ] = None,
+    force: Annotated[bool, typer.Option(help="Train again over an existing result.")] = False,
+    threads: ThreadsOption = None,
+    cache: CacheOption = None,
+    vllm_python: VllmPythonOption = DEFAULT_VLLM_PYTHON,
+    timeout: StartTimeoutOption = 400.0,
+) -> None:
+    """Train Medusa heads for the prepared target, on the CPU, in minutes.
+
+    Each head is one residual block on the target's last hidden state, sharing the target's
+    output projection, trained on the target's greedy continuations of the bundled prompt
+    set. Serve them with an engine config whose speculation is
+    `{"method": "medusa", "heads": "<printed folder>", "k": <heads>}`.
+    """
+    cache = (cache or get_settings().models_dir).resolve()
+    result_dir = (out or distill.medusa_dir(cache, heads)).resolve()
+    if _already_there(result_dir, force):
+        return
+    with user_errors():
+        result = distill.train_medusa_heads(
+            target=model_prep.target_dir(cache),
+            out=result_dir,
+            vllm_python=vllm_python.absolute(),
+            settings=distill.MedusaSettings(
+                heads=heads, steps=steps, max_seconds=60 * max_minutes, threads=threads
+            ),
+            console=_err,
+            start_timeout_s=timeout,
+        )
+    _err.print(f"[green]✓[/] Done in {result.seconds:.0f} s")
+    _out.print(str(result.folder))
+
+
+def _already_there(result_dir: Path, force: bool) -> bool:
+    if not model_prep.is_prepared(result_dir) or force:
+        return False
+    _err.print(f"[green]Already in {result_dir}[/] (--force redoes it)")
+    _out.print(str(result_dir))
+    return True
 
 
 @engine_app.command("start")

@@ -4,13 +4,14 @@ Runs inside the separate vLLM virtual environment only (it needs torch and trans
 ``serving.engine.distill`` starts it as a subprocess and nothing in the app imports it.
 
 A greedy speculative step accepts the draft's tokens while the draft's argmax equals the
-target's along the target's own greedy continuation. So the training data is what the
-served target wrote (``serving.engine.distill`` collects it from a vLLM server): each prompt,
-its greedy continuation and, at every continuation position, the target's top next-token
-log-probabilities. The loss is the draft's cross-entropy against that distribution,
-renormalised over the target's top tokens (a KL divergence up to the target's entropy), at
-the continuation positions only: the draft's guesses inside the prompt are never used.
-Held-out prompts give the draft's top-1 agreement with the target before and after.
+target's along the target's own continuation. So the training data is what the served
+target wrote (``serving.engine.distill`` records it from a vLLM server): each prompt, its
+greedy continuation and a few sampled ones (more contexts), and at every continuation
+position the target's top next-token log-probabilities. The loss is the draft's
+cross-entropy against that distribution, renormalised over the target's top tokens (a KL
+divergence up to the target's entropy), at continuation positions only: the draft's
+guesses inside the prompt are never used. Held-out prompts give the draft's top-1
+agreement with the target's greedy tokens before and after.
 
 Progress goes to stdout as one JSON object per line.
 """

@@ -64,8 +64,10 @@ class MedusaSpeculation(_Frozen):
     method: Literal["medusa"] = "medusa"
     heads: str
     """Path or name of the Medusa heads checkpoint."""
-    k: PositiveInt | None = None
-    """Tokens drafted per step; default: the checkpoint's number of heads."""
+    k: PositiveInt
+    """Tokens drafted per step, at most the checkpoint's number of heads. Required: vLLM
+    0.32 refuses a Medusa checkpoint without it ("A speculative model was provided, but
+    `num_speculative_tokens` was not provided"), Medusa configs having no ``n_predict``."""
     extra: dict[str, JsonValue] = Field(default_factory=dict)
 
 

@@ -1,17 +1,21 @@
-"""``models distill-draft``: teach the truncated draft to guess what the target will write.
+"""``models distill-draft`` and ``models medusa-heads``: teach a drafter what the target
+will write, on the CPU, in minutes.
 
-A draft made of the target's first layers agrees with the target on only a few tokens in a
-hundred (about 1-3 % of drafted tokens accepted), which makes speculation pure overhead.
-Distillation fixes most of that in minutes on a CPU:
+A draft made of the target's first 6 of 30 layers agrees with the target on a few tokens
+in a hundred (about 1 % of drafted tokens accepted), so speculating with it is pure
+overhead. Both trainings learn from the target as it is served:
 
-1. The target is served by vLLM (the project's launcher, no speculation, its default
-   bfloat16) and writes greedy continuations of a bundled prompt set
-   (``distill_prompts.jsonl``: diverse training prompts and a held-out split), each prompt
-   both as raw text and in the chat template, with its top next-token log-probabilities at
-   every position. This is the distribution a served draft has to match.
-2. ``_distill_draft_script.py``, run with the vLLM venv's interpreter (torch and
-   transformers live only there), fine-tunes the draft on it and saves the result next to
-   the undistilled draft, which stays as it was.
+1. :func:`record_teacher` serves the target with vLLM (the project's launcher, no
+   speculation, its default bfloat16) and records its continuations of a bundled prompt
+   set (``distill_prompts.jsonl``: diverse training prompts and a held-out split), each
+   prompt as raw text and in the chat template, greedy plus a few sampled ones for more
+   contexts, with the target's top next-token log-probabilities at every position.
+2. :func:`distill_draft` runs ``_distill_draft_script.py`` and :func:`train_medusa_heads`
+   runs ``_medusa_heads_script.py`` with the vLLM venv's interpreter (torch and
+   transformers live only there). The first fine-tunes the draft towards the target's
+   distribution (a KL divergence) into a new folder, keeping the undistilled draft; the
+   second trains Medusa heads on the target's last hidden state into a checkpoint vLLM
+   loads with ``method: "medusa"``.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -43,6 +47,7 @@ from serving.engine.model_prep import TARGET_NAME, is_prepared
 PROMPTS_FILE = Path(__file__).with_name("distill_prompts.jsonl")
 """The bundled prompt set: one ``{"split": "train"|"heldout", "prompt": ...}`` per line."""
 _SCRIPT = Path(__file__).with_name("_distill_draft_script.py")
+_MEDUSA_SCRIPT = Path(__file__).with_name("_medusa_heads_script.py")
 
 TEACHER_TOP_K = 20
 """Log-probabilities kept per position (vLLM's default ``max_logprobs``)."""
@@ -57,38 +62,67 @@ class DistillError(SpecLedgerError):
 
 
 @dataclass(frozen=True, slots=True)
+class TeacherSettings:
+    """What the served target writes for the student to learn from."""
+
+    new_tokens: int = 64
+    """Length of its continuations at most."""
+    samples: int = 2
+    """Sampled continuations per training prompt and form, besides the greedy one."""
+    temperature: float = 1.0
+    """Their sampling temperature."""
+    max_prompts: int | None = None
+    """Use only the first N prompts of each split (short runs in tests)."""
+    concurrency: int = 8
+    """Requests in flight."""
+    seed: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class DistillSettings:
-    """How long and how hard to train. The defaults are the full distillation."""
+    """How long and how hard to train a draft. The defaults are the full distillation."""
 
     steps: int = 200
     """Optimizer steps at most (batches of ``batch_size`` continuations)."""
     max_seconds: float = 900.0
     """Training stops here even if ``steps`` are not done."""
-    new_tokens: int = 64
-    """Length of the target's continuations."""
     batch_size: int = 8
-    lr: float = 3e-4
-    max_prompts: int | None = None
-    """Use only the first N prompts of each split (short runs in tests)."""
-    concurrency: int = 8
-    """Requests in flight while the target writes its continuations."""
+    lr: float = 1e-3
     threads: int | None = None
     """torch threads of the training script; default: one per core."""
     seed: int = 0
+    teacher: TeacherSettings = field(default_factory=TeacherSettings)
 
 
 @dataclass(frozen=True, slots=True)
-class DistillResult:
-    """What a distillation produced."""
+class MedusaSettings:
+    """How many Medusa heads, and how long to train them."""
 
-    draft: Path
+    heads: int = 3
+    steps: int = 300
+    """Optimizer steps at most (``positions`` hidden states each)."""
+    max_seconds: float = 900.0
+    positions: int = 256
+    lr: float = 1e-3
+    threads: int | None = None
+    seed: int = 0
+    teacher: TeacherSettings = field(default_factory=lambda: TeacherSettings(samples=0))
+    """Greedy continuations only: a head learns what greedy serving will write next."""
+
+
+@dataclass(frozen=True, slots=True)
+class TrainResult:
+    """What a distillation or a Medusa training produced."""
+
+    folder: Path
     steps: int
     train_seconds: float
     seconds: float
     """Everything: serving the target, its continuations and the training."""
-    agreement_before: float | None
-    """Held-out continuation positions where the draft's argmax is the target's token."""
-    agreement_after: float | None
+    agreement_before: float | list[float] | None
+    """Held-out continuation positions where the draft's (or each head's) argmax is the
+    target's greedy token."""
+    agreement_after: float | list[float] | None
 
 
 def distilled_dir(cache_dir: Path, num_layers: int) -> Path:
@@ -112,6 +146,11 @@ def prompt_set_digest(path: Path = PROMPTS_FILE) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def medusa_dir(cache_dir: Path, heads: int) -> Path:
+    """Folder of trained Medusa heads for the prepared target."""
+    return cache_dir / f"{TARGET_NAME}-medusa-{heads}"
+
+
 def distill_draft(
     *,
     target: Path,
@@ -119,10 +158,11 @@ def distill_draft(
     out: Path,
     vllm_python: Path,
     settings: DistillSettings | None = None,
+    data: Path | None = None,
     prompts_file: Path = PROMPTS_FILE,
     console: Console | None = None,
     start_timeout_s: float = launcher.DEFAULT_START_TIMEOUT_S,
-) -> DistillResult:
+) -> TrainResult:
     """Serve ``target``, record its continuations and fine-tune ``draft`` on them into ``out``.
 
     Args:
@@ -131,6 +171,8 @@ def distill_draft(
         out: Folder of the distilled draft; replaced if it exists.
         vllm_python: Interpreter of the vLLM venv.
         settings: Training budget; default: the full distillation.
+        data: The target's continuations (:func:`record_teacher`); default: recorded now
+            with ``settings.teacher``.
         prompts_file: Prompt set with ``train`` and ``heldout`` splits.
         console: Where progress is shown.
         start_timeout_s: How long the target engine may take to become healthy.
@@ -143,51 +185,143 @@ def distill_draft(
         launcher.EngineStartError: If the target engine does not start.
     """
     settings = settings or DistillSettings()
-    console = console or Console(stderr=True)
-    for path in (target, draft):
+    _check_inputs(vllm_python, target, draft)
+    argv = [
+        str(vllm_python), str(_SCRIPT),
+        "--draft", str(draft),
+        "--out", str(out),
+        "--steps", str(settings.steps),
+        "--max-seconds", str(settings.max_seconds),
+        "--batch-size", str(settings.batch_size),
+        "--lr", str(settings.lr),
+        "--seed", str(settings.seed),
+    ]  # fmt: skip
+    if settings.threads is not None:
+        argv += ["--threads", str(settings.threads)]
+    return _teach(
+        target=target,
+        out=out,
+        argv=argv,
+        steps=settings.steps,
+        teacher=settings.teacher,
+        data=data,
+        what="Distilling",
+        vllm_python=vllm_python,
+        prompts_file=prompts_file,
+        console=console or Console(stderr=True),
+        start_timeout_s=start_timeout_s,
+    )
+
+
+def train_medusa_heads(
+    *,
+    target: Path,
+    out: Path,
+    vllm_python: Path,
+    settings: MedusaSettings | None = None,
+    data: Path | None = None,
+    prompts_file: Path = PROMPTS_FILE,
+    console: Console | None = None,
+    start_timeout_s: float = launcher.DEFAULT_START_TIMEOUT_S,
+) -> TrainResult:
+    """Serve ``target``, record its continuations and train Medusa heads on them into ``out``.
+
+    The result is a checkpoint vLLM loads with ``{"method": "medusa", "model": out}``
+    (:class:`serving.engine.config.MedusaSpeculation`).
+
+    Raises:
+        DistillError: If the target or the venv is missing or the training script fails.
+        launcher.EngineStartError: If the target engine does not start.
+    """
+    settings = settings or MedusaSettings()
+    _check_inputs(vllm_python, target)
+    argv = [
+        str(vllm_python), str(_MEDUSA_SCRIPT),
+        "--target", str(target),
+        "--out", str(out),
+        "--heads", str(settings.heads),
+        "--steps", str(settings.steps),
+        "--max-seconds", str(settings.max_seconds),
+        "--positions", str(settings.positions),
+        "--lr", str(settings.lr),
+        "--seed", str(settings.seed),
+    ]  # fmt: skip
+    if settings.threads is not None:
+        argv += ["--threads", str(settings.threads)]
+    if settings.teacher.samples:
+        argv.append("--all-samples")
+    return _teach(
+        target=target,
+        out=out,
+        argv=argv,
+        steps=settings.steps,
+        teacher=settings.teacher,
+        data=data,
+        what="Training Medusa heads",
+        vllm_python=vllm_python,
+        prompts_file=prompts_file,
+        console=console or Console(stderr=True),
+        start_timeout_s=start_timeout_s,
+    )
+
+
+def _check_inputs(vllm_python: Path, *models: Path) -> None:
+    for path in models:
         if not is_prepared(path):
             raise DistillError(f"{path} is not a prepared model; run `models prepare` first")
     if not vllm_python.exists():
         raise DistillError(f"{vllm_python} not found; create the vLLM venv first")
+
+
+def _teach(
+    *,
+    target: Path,
+    out: Path,
+    argv: list[str],
+    steps: int,
+    teacher: TeacherSettings,
+    data: Path | None,
+    what: str,
+    vllm_python: Path,
+    prompts_file: Path,
+    console: Console,
+    start_timeout_s: float,
+) -> TrainResult:
+    """Record the target's continuations (unless ``data`` holds them already), then run a
+    training script (``argv``, which gets ``--data`` and ``--metadata``) on them."""
     started = time.monotonic()
-    splits: tuple[Split, ...] = ("train", "heldout")
-    prompts = {split: load_prompts(split, prompts_file)[: settings.max_prompts] for split in splits}
+    prompts = _prompts(prompts_file, teacher)
+    metadata = {
+        "target": str(target),
+        "prompt_set": prompts_file.name,
+        "prompt_set_sha256": prompt_set_digest(prompts_file),
+        "train_prompts": len(prompts["train"]),
+        "heldout_prompts": len(prompts["heldout"]),
+        "new_tokens": teacher.new_tokens,
+        "samples": teacher.samples,
+        "temperature": teacher.temperature,
+    }
     with tempfile.TemporaryDirectory(prefix="specledger-distill-") as tmp:
-        work = Path(tmp)
-        data = work / "teacher.jsonl"
-        _record_teacher(
-            target, prompts, data, work, vllm_python, settings, console, start_timeout_s
+        if data is None:
+            data = record_teacher(
+                target=target,
+                data=Path(tmp) / "teacher.jsonl",
+                vllm_python=vllm_python,
+                settings=teacher,
+                prompts_file=prompts_file,
+                console=console,
+                start_timeout_s=start_timeout_s,
+            )
+        done = _run_script(
+            [*argv, "--data", str(data), "--metadata", json.dumps(metadata)], steps, what, console
         )
-        metadata = {
-            "target": str(target),
-            "prompt_set": prompts_file.name,
-            "prompt_set_sha256": prompt_set_digest(prompts_file),
-            "train_prompts": len(prompts["train"]),
-            "heldout_prompts": len(prompts["heldout"]),
-            "new_tokens": settings.new_tokens,
-        }
-        argv = [
-            str(vllm_python), str(_SCRIPT),
-            "--draft", str(draft),
-            "--data", str(data),
-            "--out", str(out),
-            "--steps", str(settings.steps),
-            "--max-seconds", str(settings.max_seconds),
-            "--batch-size", str(settings.batch_size),
-            "--lr", str(settings.lr),
-            "--seed", str(settings.seed),
-            "--metadata", json.dumps(metadata),
-        ]  # fmt: skip
-        if settings.threads is not None:
-            argv += ["--threads", str(settings.threads)]
-        done = _train(argv, settings, console)
-    return DistillResult(
-        draft=out,
+    return TrainResult(
+        folder=out,
         steps=int(done["steps"]),
         train_seconds=float(done["train_seconds"]),
         seconds=time.monotonic() - started,
-        agreement_before=_optional_float(done.get("heldout_top1_agreement_before")),
-        agreement_after=_optional_float(done.get("heldout_top1_agreement_after")),
+        agreement_before=_agreement(done.get("heldout_top1_agreement_before")),
+        agreement_after=_agreement(done.get("heldout_top1_agreement_after")),
     )
 
 
@@ -198,11 +332,15 @@ def collect_continuations(
     *,
     new_tokens: int,
     top_k: int = TEACHER_TOP_K,
+    samples: int = 0,
+    temperature: float = 1.0,
+    seed: int = 0,
     concurrency: int = 8,
     on_done: Callable[[], None] | None = None,
     client: httpx.Client | None = None,
 ) -> list[dict[str, Any]]:
-    """The served model's greedy continuation of each prompt, raw and as a chat turn.
+    """The served model's continuations of each prompt, raw and as a chat turn: the greedy
+    one and ``samples`` sampled at ``temperature`` (more contexts to learn from).
 
     Prompts are tokenized by the server (``/tokenize``, with the chat template for the
     chat form) and sent as token ids, so the data holds exactly what the model saw.
@@ -212,14 +350,19 @@ def collect_continuations(
         model_name: The name it serves the model under.
         prompts: Texts to continue.
         new_tokens: Continuation length at most.
-        top_k: Log-probabilities kept per position.
+        top_k: Log-probabilities kept per position (of the model's own distribution,
+            vLLM's ``raw_logprobs``, whatever the sampling temperature).
+        samples: Sampled continuations per prompt form, besides the greedy one.
+        temperature: Their sampling temperature.
+        seed: Their sampling seed.
         concurrency: Requests in flight.
         on_done: Called after each finished request (progress).
         client: HTTP client to use; default: a new one.
 
     Returns:
-        Two records per prompt (raw, then chat): ``prompt_ids``, the continuation's
-        ``tokens`` and, per position, ``top`` as ``[token_id, logprob]`` pairs.
+        Per prompt, the raw form's records then the chat form's, greedy first: each with
+        ``prompt_ids``, ``greedy``, the continuation's ``tokens`` and, per position,
+        ``top`` as ``[token_id, logprob]`` pairs.
     """
     requests = [
         body
@@ -230,52 +373,76 @@ def collect_continuations(
         )
     ]
 
-    def one(client: httpx.Client, tokenize: dict[str, Any]) -> dict[str, Any]:
+    def one(client: httpx.Client, tokenize: dict[str, Any]) -> list[dict[str, Any]]:
         response = client.post(f"{base_url}/tokenize", json={"model": model_name, **tokenize})
         response.raise_for_status()
         prompt_ids = [int(t) for t in response.json()["tokens"]]
-        response = client.post(
-            f"{base_url}/v1/completions",
-            json={
-                "model": model_name,
-                "prompt": prompt_ids,
-                "max_tokens": new_tokens,
-                "temperature": 0,
-                "logprobs": top_k,
-                "return_tokens_as_token_ids": True,
-            },
-        )
-        response.raise_for_status()
-        logprobs = response.json()["choices"][0]["logprobs"]
-        record = {
-            "prompt_ids": prompt_ids,
-            "tokens": [_token_id(t) for t in logprobs["tokens"]],
-            "top": [
-                [[_token_id(t), lp] for t, lp in (top or {}).items()]
-                for top in logprobs["top_logprobs"]
-            ],
+        request = {
+            "model": model_name,
+            "prompt": prompt_ids,
+            "max_tokens": new_tokens,
+            "logprobs": top_k,
+            "return_tokens_as_token_ids": True,
         }
+        variants: list[dict[str, Any]] = [{"temperature": 0}]
+        if samples:
+            variants.append({"temperature": temperature, "n": samples, "seed": seed})
+        records = []
+        for variant in variants:
+            response = client.post(f"{base_url}/v1/completions", json={**request, **variant})
+            response.raise_for_status()
+            for choice in response.json()["choices"]:
+                logprobs = choice["logprobs"]
+                records.append(
+                    {
+                        "prompt_ids": prompt_ids,
+                        "greedy": variant["temperature"] == 0,
+                        "tokens": [_token_id(t) for t in logprobs["tokens"]],
+                        "top": [
+                            [[_token_id(t), lp] for t, lp in (top or {}).items()]
+                            for top in logprobs["top_logprobs"]
+                        ],
+                    }
+                )
         if on_done is not None:
             on_done()
-        return record
+        return records
 
     with contextlib.ExitStack() as stack:
         if client is None:
             client = stack.enter_context(httpx.Client(timeout=600))
         pool = stack.enter_context(ThreadPoolExecutor(max_workers=concurrency))
-        return list(pool.map(lambda body: one(client, body), requests))
+        return [
+            record
+            for records in pool.map(lambda body: one(client, body), requests)
+            for record in records
+        ]
 
 
-def _record_teacher(
+def record_teacher(
+    *,
     target: Path,
-    prompts: dict[Split, list[str]],
     data: Path,
-    work: Path,
     vllm_python: Path,
-    settings: DistillSettings,
-    console: Console,
-    start_timeout_s: float,
-) -> None:
+    settings: TeacherSettings | None = None,
+    prompts_file: Path = PROMPTS_FILE,
+    console: Console | None = None,
+    start_timeout_s: float = launcher.DEFAULT_START_TIMEOUT_S,
+) -> Path:
+    """Serve ``target`` with vLLM and write its continuations of the prompt set to ``data``
+    (JSONL, one record per continuation with its ``split``), the input of both trainings.
+
+    Returns:
+        ``data``.
+
+    Raises:
+        DistillError: If the target or the venv is missing.
+        launcher.EngineStartError: If the target engine does not start.
+    """
+    settings = settings or TeacherSettings()
+    console = console or Console(stderr=True)
+    _check_inputs(vllm_python, target)
+    prompts = _prompts(prompts_file, settings)
     config = EngineConfig(
         name="distill-teacher",
         model=str(target),
@@ -283,9 +450,13 @@ def _record_teacher(
         port=_free_port(),
         python=str(vllm_python),
     )
-    with _serving(config, work, console, start_timeout_s), _progress(console) as progress:
-        total = 2 * sum(len(p) for p in prompts.values())
-        task = progress.add_task("Target continuations", total=total)
+    data.parent.mkdir(parents=True, exist_ok=True)
+    with (
+        tempfile.TemporaryDirectory(prefix="specledger-teacher-") as work,
+        _serving(config, Path(work), console, start_timeout_s),
+        _progress(console) as progress,
+    ):
+        task = progress.add_task("Target continuations", total=2 * sum(map(len, prompts.values())))
         with data.open("w", encoding="utf-8") as out:
             for split, texts in prompts.items():
                 records = collect_continuations(
@@ -293,11 +464,21 @@ def _record_teacher(
                     config.model_name,
                     texts,
                     new_tokens=settings.new_tokens,
+                    # Held-out prompts are scored on what greedy serving writes only.
+                    samples=settings.samples if split == "train" else 0,
+                    temperature=settings.temperature,
+                    seed=settings.seed,
                     concurrency=settings.concurrency,
                     on_done=lambda: progress.advance(task),
                 )
                 for record in records:
                     out.write(json.dumps({"split": split, **record}) + "\n")
+    return data
+
+
+def _prompts(prompts_file: Path, settings: TeacherSettings) -> dict[Split, list[str]]:
+    splits: tuple[Split, ...] = ("train", "heldout")
+    return {split: load_prompts(split, prompts_file)[: settings.max_prompts] for split in splits}
 
 
 @contextmanager
@@ -316,7 +497,8 @@ def _serving(
         launcher.stop(handle, state_dir=work)
 
 
-def _train(argv: list[str], settings: DistillSettings, console: Console) -> dict[str, Any]:
+def _run_script(argv: list[str], steps: int, what: str, console: Console) -> dict[str, Any]:
+    """Run a training script, rendering its JSON progress lines; its ``done`` event."""
     output: deque[str] = deque(maxlen=40)
     done: dict[str, Any] | None = None
     begun = time.monotonic()
@@ -324,7 +506,7 @@ def _train(argv: list[str], settings: DistillSettings, console: Console) -> dict
         _progress(console) as progress,
         subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc,
     ):
-        task = progress.add_task("Loading torch and the draft", total=settings.steps)
+        task = progress.add_task("Loading torch", total=steps)
         assert proc.stdout is not None
         for line in proc.stdout:
             output.append(line.rstrip())
@@ -334,11 +516,11 @@ def _train(argv: list[str], settings: DistillSettings, console: Console) -> dict
             kind = event.get("event")
             if kind == "step":
                 progress.update(task, description=str(event.get("message", "")))
-            elif kind == "progress":
+            elif kind == "progress" and event.get("phase") == "train":
                 progress.update(
                     task,
                     completed=int(event["done"]),
-                    description=f"Distilling, loss {float(event['loss']):.3f}",
+                    description=f"{what}, loss {float(event['loss']):.3f}",
                 )
             elif kind == "metric":
                 progress.console.print(f"  {event['name']}: {_percent(event.get('value'))}")
@@ -347,9 +529,9 @@ def _train(argv: list[str], settings: DistillSettings, console: Console) -> dict
         returncode = proc.wait()
     if returncode != 0 or done is None:
         tail = "\n".join(output)
-        raise DistillError(f"draft distillation failed (exit {returncode}):\n{tail}")
+        raise DistillError(f"{what} failed (exit {returncode}):\n{tail}")
     console.print(
-        f"[green]✓[/] Distilled in {time.monotonic() - begun:.0f} s ({done['steps']} steps); "
+        f"[green]✓[/] {what} took {time.monotonic() - begun:.0f} s ({done['steps']} steps); "
         f"held-out top-1 agreement {_percent(done.get('heldout_top1_agreement_before'))} → "
         f"{_percent(done.get('heldout_top1_agreement_after'))}"
     )
@@ -383,10 +565,14 @@ def _token_id(token: str) -> int:
 
 
 def _percent(value: object) -> str:
+    if isinstance(value, list):
+        return ", ".join(_percent(v) for v in value)
     return "n/a" if not isinstance(value, int | float) else f"{100 * value:.1f} %"
 
 
-def _optional_float(value: object) -> float | None:
+def _agreement(value: object) -> float | list[float] | None:
+    if isinstance(value, list):
+        return [float(v) for v in value]
     return float(value) if isinstance(value, int | float) else None
 
 

@@ -123,10 +123,12 @@ def speculative_config(config: EngineConfig) -> dict[str, Any] | None:
                 **spec.extra,
             }
         case MedusaSpeculation():
-            result = {"method": "medusa", "model": spec.heads}
-            if spec.k is not None:
-                result["num_speculative_tokens"] = spec.k
-            result.update(spec.extra)
+            result = {
+                "method": "medusa",
+                "model": spec.heads,
+                "num_speculative_tokens": spec.k,
+                **spec.extra,
+            }
         case OtherSpeculation():
             result = {"method": spec.vllm_method, **spec.options}
     if config.batch_size_schedule is not None:

@@ -4,6 +4,7 @@ are asked for, and the command's edges. tests/serving/test_distill_real.py runs 
 import json
 
 import httpx
+import pytest
 from typer.testing import CliRunner
 
 from app.cli.engine import models_app
@@ -23,6 +24,15 @@ def test_the_prompt_set_has_disjoint_train_and_held_out_splits():
     assert len(distill.prompt_set_digest()) == 64
 
 
+def _choice(*tokens: int) -> dict[str, object]:
+    return {
+        "logprobs": {
+            "tokens": [f"token_id:{t}" for t in tokens],
+            "top_logprobs": [{f"token_id:{t}": -0.1, "token_id:99": -2.5} for t in tokens],
+        }
+    }
+
+
 def test_continuations_are_asked_for_as_token_ids_raw_and_in_the_chat_template():
     seen: list[dict[str, object]] = []
 
@@ -31,22 +41,9 @@ def test_continuations_are_asked_for_as_token_ids_raw_and_in_the_chat_template()
         seen.append({"path": request.url.path, **body})
         if request.url.path == "/tokenize":
             return httpx.Response(200, json={"tokens": [1, 2] if "prompt" in body else [7, 8, 9]})
-        return httpx.Response(
-            200,
-            json={
-                "choices": [
-                    {
-                        "logprobs": {
-                            "tokens": ["token_id:5", "token_id:2"],
-                            "top_logprobs": [
-                                {"token_id:5": -0.1, "token_id:6": -2.5},
-                                {"token_id:2": -0.01, "token_id:3": -4.0},
-                            ],
-                        }
-                    }
-                ]
-            },
-        )
+        if body["temperature"] == 0:
+            return httpx.Response(200, json={"choices": [_choice(5, 2)]})
+        return httpx.Response(200, json={"choices": [_choice(6, 2), _choice(4)]})
 
     done = []
     with httpx.Client(transport=httpx.MockTransport(handler)) as client:
@@ -55,43 +52,62 @@ def test_continuations_are_asked_for_as_token_ids_raw_and_in_the_chat_template()
             "target",
             ["Hi"],
             new_tokens=16,
+            samples=2,
+            temperature=0.7,
+            seed=3,
             concurrency=1,
             on_done=lambda: done.append(1),
             client=client,
         )
 
-    assert [r["prompt_ids"] for r in records] == [[1, 2], [7, 8, 9]]
-    assert records[0]["tokens"] == [5, 2]
-    assert records[0]["top"] == [[[5, -0.1], [6, -2.5]], [[2, -0.01], [3, -4.0]]]
+    # Raw prompt (greedy, then two samples), then the chat form likewise.
+    assert [(r["prompt_ids"], r["greedy"], r["tokens"]) for r in records] == [
+        ([1, 2], True, [5, 2]),
+        ([1, 2], False, [6, 2]),
+        ([1, 2], False, [4]),
+        ([7, 8, 9], True, [5, 2]),
+        ([7, 8, 9], False, [6, 2]),
+        ([7, 8, 9], False, [4]),
+    ]
+    assert records[0]["top"] == [[[5, -0.1], [99, -2.5]], [[2, -0.1], [99, -2.5]]]
     assert len(done) == 2
     tokenize = [s for s in seen if s["path"] == "/tokenize"]
     assert tokenize[0]["prompt"] == "Hi"
     assert tokenize[1]["messages"] == [{"role": "user", "content": "Hi"}]
     assert tokenize[1]["add_generation_prompt"] is True
-    completion = next(s for s in seen if s["path"] == "/v1/completions")
-    assert completion["prompt"] == [1, 2]
-    assert completion["temperature"] == 0
-    assert completion["max_tokens"] == 16
-    assert completion["logprobs"] == distill.TEACHER_TOP_K
-    assert completion["return_tokens_as_token_ids"] is True
+    greedy, sampled = [s for s in seen if s["path"] == "/v1/completions"][:2]
+    assert greedy["prompt"] == [1, 2]
+    assert greedy["temperature"] == 0
+    assert greedy["max_tokens"] == 16
+    assert greedy["logprobs"] == distill.TEACHER_TOP_K
+    assert greedy["return_tokens_as_token_ids"] is True
+    assert (sampled["temperature"], sampled["n"], sampled["seed"]) == (0.7, 2, 3)
 
 
-def test_distill_draft_is_a_no_op_when_the_result_exists(tmp_path):
-    result_dir = distill.distilled_dir(tmp_path, 6)
+@pytest.mark.parametrize(
+    ("command", "folder"),
+    [
+        ("distill-draft", lambda cache: distill.distilled_dir(cache, 6)),
+        ("medusa-heads", lambda cache: distill.medusa_dir(cache, 3)),
+    ],
+)
+def test_training_commands_are_no_ops_when_the_result_exists(tmp_path, command, folder):
+    result_dir = folder(tmp_path.resolve())
     result_dir.mkdir()
     (result_dir / "config.json").write_text("{}")
 
-    result = CliRunner().invoke(models_app, ["distill-draft", "--cache", str(tmp_path)])
+    result = CliRunner().invoke(
+        models_app, [command, "--cache", str(tmp_path), "--vllm-python", "/nonexistent"]
+    )
 
     assert result.exit_code == 0
     assert str(result_dir) in result.output.replace("\n", "")
-    assert result_dir.name.endswith("-draft-L6-distilled")
 
 
-def test_distill_draft_needs_the_prepared_models_before_starting_anything(tmp_path):
+@pytest.mark.parametrize("command", ["distill-draft", "medusa-heads"])
+def test_training_commands_need_the_prepared_models_before_starting_anything(tmp_path, command):
     result = CliRunner().invoke(
-        models_app,
-        ["distill-draft", "--cache", str(tmp_path), "--vllm-python", str(tmp_path / "python")],
+        models_app, [command, "--cache", str(tmp_path), "--vllm-python", str(tmp_path / "python")]
     )
 
     assert result.exit_code == 2
@@ -100,8 +116,11 @@ def test_distill_draft_needs_the_prepared_models_before_starting_anything(tmp_pa
     assert not draft_dir(tmp_path, 6).exists()
 
 
-def test_distill_draft_explains_itself():
-    result = CliRunner().invoke(models_app, ["distill-draft", "--help"])
+@pytest.mark.parametrize(
+    ("command", "says"), [("distill-draft", "imitate the target"), ("medusa-heads", "Medusa")]
+)
+def test_training_commands_explain_themselves(command, says):
+    result = CliRunner().invoke(models_app, [command, "--help"])
 
     assert result.exit_code == 0
-    assert "imitate the target" in result.output
+    assert says in result.output

@@ -15,6 +15,7 @@ from serving.engine.config import (
     BatchSizeBand,
     DraftModelSpeculation,
     EngineConfig,
+    MedusaSpeculation,
     NgramSpeculation,
     OtherSpeculation,
     load_engine_config,
@@ -101,6 +102,31 @@ def test_other_methods_and_extra_keys_pass_through_verbatim():
     )
 
 
+def test_medusa_heads_become_vllm_medusa_speculation_on_cpu_and_cuda():
+    heads = MedusaSpeculation(heads="/models/medusa-3", k=3)
+    cuda = EngineConfig(
+        model=MODEL, speculation=heads, device="cuda", enforce_eager=False, dtype="auto"
+    )
+
+    for config in (EngineConfig(model=MODEL, speculation=heads), cuda):
+        argv = launcher.build_argv(config)
+        assert _spec(argv) == {
+            "method": "medusa",
+            "model": "/models/medusa-3",
+            "num_speculative_tokens": 3,
+        }
+        assert _flag(argv, "--per-request-spec-decode-metrics") == "summary"
+        launcher.check_supported(config)  # vLLM 0.32 runs Medusa on CPU too
+    assert "--enforce-eager" not in launcher.build_argv(cuda)
+    extra = MedusaSpeculation(heads="/m", k=2, extra={"draft_tensor_parallel_size": 1})
+    assert _spec(launcher.build_argv(EngineConfig(model=MODEL, speculation=extra))) == {
+        "method": "medusa",
+        "model": "/m",
+        "num_speculative_tokens": 2,
+        "draft_tensor_parallel_size": 1,
+    }
+
+
 def test_gpu_style_config_drops_eager_and_appends_extra_args():
     config = EngineConfig(
         model=MODEL,
@@ -132,6 +158,7 @@ def test_env_adds_the_config_extras_to_the_base_environment():
         None,
         NgramSpeculation(k=3, prompt_lookup_min=1, prompt_lookup_max=5),
         DraftModelSpeculation(draft_model="/models/draft", k=2),
+        MedusaSpeculation(heads="/models/medusa", k=2),
         OtherSpeculation(vllm_method="suffix", options={"suffix_decoding_max_tree_depth": 16}),
     ],
 )
@@ -173,7 +200,10 @@ def test_engine_config_survives_a_json_round_trip(tmp_path, speculation):
             },
             "after its end",
         ),
-        ({"speculation": {"method": "medusa"}}, "medusa.heads"),
+        ({"speculation": {"method": "mlp_speculator"}}, "does not match any of the expected tags"),
+        ({"speculation": {"method": "medusa", "k": 3}}, "medusa.heads"),
+        # vLLM 0.32 refuses Medusa without num_speculative_tokens.
+        ({"speculation": {"method": "medusa", "heads": "/m"}}, "medusa.k"),
         ({"gpu_memory_utilization": 1.5}, "less than or equal to 1"),
     ],
 )
