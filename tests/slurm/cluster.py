@@ -34,6 +34,13 @@ TERMINAL_STATES = frozenset(
 )
 """Job states that never change again (``sacct``'s State column, first word)."""
 
+# Every job the tests submit carries this comment with the submitting process's pid, so that a
+# later session can tell a job whose test process died (a killed run, a hard stop) from one a
+# concurrent session still waits for, and cancel it before it holds the GPUs for good.
+JOB_COMMENT_PREFIX = "specledger-tests:pid="
+JOB_TIME_LIMIT = "60"
+"""Minutes: the longest any test job may run (a vLLM server job takes a few)."""
+
 # Variables of an outer Slurm job (or a user's defaults) that would steer our commands.
 _SLURM_INPUT_PREFIXES = ("SLURM_", "SBATCH_", "SRUN_", "SALLOC_", "SACCT_", "SQUEUE_")
 
@@ -100,7 +107,7 @@ class SlurmCluster:
         For an array (``array="0-2"``) the id is the array's: its tasks are ``ID_0``, ``ID_1``...
         Output goes to :attr:`job_dir` (see :meth:`job_output`) unless ``extra`` sets ``--output``.
         """
-        argv = ["sbatch", "--parsable", f"--account={account}"]
+        argv = ["sbatch", "--parsable", f"--account={account}", *_owned()]
         if gpus:
             argv.append(f"--gres=gpu:{gpus}")
         if array is not None:
@@ -127,7 +134,7 @@ class SlurmCluster:
         timeout_s: float = 120,
     ) -> str:
         """Run ``command`` as an interactive job step and wait for it; its stdout."""
-        argv = ["srun", f"--account={account}"]
+        argv = ["srun", f"--account={account}", *_owned()]
         if gpus:
             argv.append(f"--gres=gpu:{gpus}")
         if partition is not None:
@@ -196,6 +203,44 @@ class SlurmCluster:
         return (self.job_dir / f"slurm-{job_id}.out").read_text()
 
 
+def _owned() -> list[str]:
+    return [f"--comment={JOB_COMMENT_PREFIX}{os.getpid()}", f"--time={JOB_TIME_LIMIT}"]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def orphaned_jobs(queue: str) -> list[str]:
+    """The ids of the jobs in ``squeue --noheader --format='%i|%k'`` output that a test process
+    submitted and that process is gone."""
+    orphans = []
+    for line in queue.splitlines():
+        job_id, _, comment = line.partition("|")
+        if comment.startswith(JOB_COMMENT_PREFIX):
+            pid = comment.removeprefix(JOB_COMMENT_PREFIX)
+            if pid.isdigit() and not _alive(int(pid)):
+                orphans.append(job_id.strip())
+    return orphans
+
+
+def cancel_orphaned_jobs(cluster: SlurmCluster) -> list[str]:
+    """Cancel the pending or running jobs whose test process died; their ids."""
+    queue = cluster.run(
+        ["squeue", "--noheader", "--states=PENDING,RUNNING,SUSPENDED", "--format=%i|%k"]
+    )
+    orphans = orphaned_jobs(queue)
+    if orphans:
+        cluster.run(["scancel", *orphans])
+    return orphans
+
+
 def cluster_env(conf: Path, base: Mapping[str, str]) -> dict[str, str]:
     """``base`` without Slurm input variables, plus ``SLURM_CONF=conf`` and ``TZ=UTC``."""
     env = {key: value for key, value in base.items() if not key.startswith(_SLURM_INPUT_PREFIXES)}
@@ -228,4 +273,6 @@ def start_cluster(job_dir: Path, *, timeout_s: float = 900) -> SlurmCluster:
     if not conf.is_file():
         raise SlurmError(f"{ENSURE_SCRIPT} printed {done.stdout!r}, not a slurm.conf")
     job_dir.mkdir(parents=True, exist_ok=True)
-    return SlurmCluster(conf=conf, env=cluster_env(conf, os.environ), job_dir=job_dir)
+    cluster = SlurmCluster(conf=conf, env=cluster_env(conf, os.environ), job_dir=job_dir)
+    cancel_orphaned_jobs(cluster)
+    return cluster

@@ -1,8 +1,17 @@
 """Smoke tests of the real single-node Slurm cluster: what sacct records for GPU jobs."""
 
+import os
+import subprocess
+
 import pytest
 
-from tests.slurm.cluster import SlurmCluster, parse_tres
+from tests.slurm.cluster import (
+    JOB_COMMENT_PREFIX,
+    SlurmCluster,
+    cancel_orphaned_jobs,
+    orphaned_jobs,
+    parse_tres,
+)
 
 pytestmark = [pytest.mark.slurm, pytest.mark.xdist_group("slurm")]
 
@@ -108,3 +117,47 @@ def test_srun_gets_a_gpu(slurm: SlurmCluster) -> None:
     line = _job_line(slurm, job)
     assert line["Account"] == "ads"
     assert parse_tres(line["AllocTRES"])["gres/gpu"] == "1"
+
+
+def _dead_pid() -> int:
+    child = subprocess.Popen(["true"])
+    child.wait()
+    return child.pid
+
+
+def test_only_jobs_of_dead_test_processes_are_orphans() -> None:
+    dead = _dead_pid()
+    queue = "\n".join(
+        [
+            f"11|{JOB_COMMENT_PREFIX}{dead}",
+            f"12|{JOB_COMMENT_PREFIX}{os.getpid()}",
+            "13|(null)",
+            f"14_[0-2]|{JOB_COMMENT_PREFIX}{dead}",
+        ]
+    )
+    assert orphaned_jobs(queue) == ["11", "14_[0-2]"]
+
+
+def test_a_job_left_by_a_killed_test_run_is_cancelled(slurm: SlurmCluster) -> None:
+    """A run killed mid-test leaves its job holding GPUs; the next session cancels it."""
+    left = slurm.run(
+        [
+            "sbatch",
+            "--parsable",
+            "--account=search",
+            "--gres=gpu:2",
+            f"--comment={JOB_COMMENT_PREFIX}{_dead_pid()}",
+            f"--output={slurm.job_dir / 'slurm-%j.out'}",
+            "--wrap=sleep 300",
+        ]
+    ).strip()
+    ours = slurm.sbatch(account="ads", wrap="sleep 300")
+    try:
+        slurm.wait_for(left, {"RUNNING"}, TIMEOUT_S)
+        slurm.wait_for(ours, {"RUNNING"}, TIMEOUT_S)
+        assert left in cancel_orphaned_jobs(slurm)
+        slurm.wait_for(left, {"CANCELLED"}, TIMEOUT_S)
+        assert slurm.states(ours) == {ours: "RUNNING"}
+    finally:
+        slurm.scancel(ours)
+        slurm.scancel(left)
