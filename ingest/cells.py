@@ -156,6 +156,22 @@ def parse_json_object(text: str, *, tags: bool = False) -> tuple[str, str | None
     return dump_json_object(value, tags=tags)
 
 
+def check_nested_json_object(text: str) -> tuple[str, str | None]:
+    """Check a FOCUS 1.3 JSON Object Format value (nesting allowed, e.g.
+    AllocatedMethodDetails) and keep its text as written, so decimal numbers stay exact.
+
+    Raises:
+        ValueError: If the text is not a JSON object.
+    """
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError:
+        raise ValueError("not valid JSON") from None
+    if not isinstance(value, dict):
+        raise ValueError("not a JSON object")
+    return text, None
+
+
 def dump_json_object(value: object, *, tags: bool = False) -> tuple[str, str | None]:
     """Validate a parsed key-value object (flat, scalar values) and dump it canonically."""
     if not isinstance(value, dict):

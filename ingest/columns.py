@@ -211,6 +211,8 @@ def _parser_for(
         return lambda text: _open_enum(text, allowed)
     if kind is Kind.json:
         return lambda text: cells.parse_json_object(text, tags=tags)
+    if kind is Kind.json_object:
+        return cells.check_nested_json_object
     if column is None:
         return _provider_value
     return lambda text: (text, None)
@@ -286,7 +288,7 @@ def json_fragments(kind: Kind, values: pa.Array) -> pa.Array:
 
     Values that need escaping are rare in billing data, so only they go through ``json.dumps``.
     """
-    if kind is Kind.json:
+    if kind in (Kind.json, Kind.json_object):
         return values
     if pa.types.is_timestamp(values.type):
         values = pc.strftime(values, format="%Y-%m-%dT%H:%M:%SZ")

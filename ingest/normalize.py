@@ -17,6 +17,8 @@ import pyarrow.compute as pc
 from app.domain.focus import (
     BY_LOWER_NAME,
     BY_NAME,
+    CONFORMANCE_NOT_NULL,
+    CONFORMANCE_NOT_NULL_ON_USAGE,
     MANDATORY,
     NOT_NULL,
     ROW_VALUE_FOCUS_COLUMNS,
@@ -34,6 +36,7 @@ from ingest.columns import (
 )
 from ingest.errors import IngestError, Problem
 from ingest.readers import RawFile
+from ingest.report import FIRST_ROWS, ConformanceWarning
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +59,7 @@ class NormalisedFile:
     repairs: Counter[str] = field(default_factory=Counter)
     rejected: list[Problem] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    conformance: list[ConformanceWarning] = field(default_factory=list)
 
 
 def normalise_file(
@@ -111,6 +115,7 @@ def normalise_file(
         problems = [
             replace(p, row=None if p.row is None else p.row + first_row - 1) for p in problems
         ]
+    out.conformance = _conformance(raw.name, values, attributes, rows_of, first_row)
     for result in (*values.values(), *attributes.values(), *provider_results.values()):
         out.repairs.update(result.repairs)
     bad = np.zeros(length, dtype=bool)
@@ -269,6 +274,49 @@ def _row_problems(
                 for row in _file_rows(positions, rows_of)
             ]
     return problems
+
+
+def _conformance(
+    file: str,
+    values: dict[str, ColumnResult],
+    attributes: dict[str, ColumnResult],
+    rows_of: _RowsOf,
+    first_row: int,
+) -> list[ConformanceWarning]:
+    """Nulls the FOCUS text forbids in columns the ledger does not split: per column, how
+    many rows and the first ones (file data rows, 1-based)."""
+    found = []
+
+    def warn(name: str, rule: str, rows: list[int]) -> None:
+        if rows:
+            rows = sorted(r + first_row - 1 for r in rows)
+            found.append(ConformanceWarning(file, name, rule, len(rows), rows[:FIRST_ROWS]))
+
+    for name in CONFORMANCE_NOT_NULL:
+        if name in values:
+            nulls = _nulls(values[name].values)
+            warn(name, "must not be null", [int(r) + 1 for r in nulls])
+        elif name in attributes:
+            nulls = _nulls(attributes[name].values)
+            warn(name, "must not be null", list(_file_rows(nulls, rows_of)))
+    if "ChargeCategory" in attributes:
+        category = attributes["ChargeCategory"].values
+        usage = pc.is_in(category, pa.array(["Usage", "Purchase"]))
+        if "ChargeClass" in attributes:
+            usage = pc.and_(usage, pc.is_null(attributes["ChargeClass"].values))
+        for name in CONFORMANCE_NOT_NULL_ON_USAGE:
+            if name in attributes:
+                bad = pc.and_(pc.fill_null(usage, False), pc.is_null(attributes[name].values))
+                warn(
+                    name,
+                    "must not be null on a Usage or Purchase charge that is not a Correction",
+                    list(_file_rows(np.flatnonzero(bad.to_numpy(zero_copy_only=False)), rows_of)),
+                )
+    return found
+
+
+def _nulls(values: pa.Array) -> np.ndarray:
+    return np.flatnonzero(pc.is_null(values).to_numpy(zero_copy_only=False))
 
 
 def _value_table(results: dict[str, ColumnResult], length: int, first_row: int) -> pa.Table:

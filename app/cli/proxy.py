@@ -25,11 +25,13 @@ _REPLICA_KEYS = {
     "spec": "spec_method",
     "k": "spec_k",
     "model": "model",
+    "engine": "engine",
 }
 
 
 def parse_replica(text: str) -> ReplicaSpec:
-    """Parse ``URL[,gpus=N][,deployment=D][,name=R][,spec=METHOD][,k=K][,model=M]``.
+    """Parse ``URL[,gpus=N][,deployment=D][,name=R][,spec=METHOD][,k=K][,model=M]
+    [,engine=vllm|trtllm|triton]``.
 
     Raises:
         typer.BadParameter: On an unknown key or a bad value.
@@ -56,8 +58,9 @@ def proxy(
         list[str] | None,
         typer.Option(
             "--replica",
-            help="A vLLM server: URL[,gpus=N][,deployment=NAME][,name=REPLICA]"
-            "[,spec=METHOD][,k=K][,model=SERVED_NAME] (repeatable).",
+            help="An inference server: URL[,gpus=N][,deployment=NAME][,name=REPLICA]"
+            "[,spec=METHOD][,k=K][,model=SERVED_NAME][,engine=vllm|trtllm|triton] "
+            "(repeatable; engine defaults to vllm).",
         ),
     ] = None,
     engine: Annotated[

@@ -100,8 +100,8 @@ def split_array_by_weight(total_micros: int, weights: np.ndarray) -> np.ndarray:
             # Largest remainder first, then the earlier position (lexsort: last key primary).
             order = np.lexsort((np.arange(len(weights)), -remainders))
             parts[order[:leftover]] += 1
-    signed = parts.astype(np.int64)
-    return -signed if total_micros < 0 else signed
+    # Negate before narrowing: -2**63 fits int64, its magnitude does not.
+    return (-parts if total_micros < 0 else parts).astype(np.int64)
 
 
 def _integer_weights(weights: Mapping[K, int | Fraction]) -> dict[K, int]:

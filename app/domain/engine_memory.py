@@ -63,6 +63,8 @@ from typing import Any
 from app.domain.breakeven.speculation import alpha_from_acceptance_length, walltime_speedup
 from app.domain.errors import InvalidInput
 from app.domain.money import format_micros
+from app.domain.speculation_methods import MODEL_FREE_METHODS as MODEL_FREE_METHODS
+from app.domain.speculation_methods import has_draft_model
 from app.domain.waste import Finding, FindingKind, Scope, monthly, speedup_at
 
 GIB = 1 << 30
@@ -70,8 +72,6 @@ GIB = 1 << 30
 
 GIB_RESOLUTION_BYTES = GIB // 200
 """Half of vLLM's last printed digit (0.005 GiB): the uncertainty of a figure read from GiB."""
-
-MODEL_FREE_METHODS = frozenset({"ngram", "ngram_gpu", "suffix", "prompt_lookup"})
 
 
 class StartupLogError(InvalidInput):
@@ -499,9 +499,10 @@ class DraftMemoryExposure:
 def draft_memory_finding(exposure: DraftMemoryExposure, *, window_seconds: float) -> Finding | None:
     """A ``draft_memory`` finding when the draft's memory would serve more as KV cache than
     speculation gains (``S < R``), or when the drafter is loaded and nothing was speculated;
-    None otherwise, and for model-free drafters (nothing to load)."""
+    None otherwise, and for methods without a draft model (ngram, suffix, Lookahead: nothing
+    is loaded to draft with)."""
     memory = exposure.memory
-    if memory.method in MODEL_FREE_METHODS or memory.draft_bytes <= 0:
+    if not has_draft_model(memory.method) or memory.draft_bytes <= 0:
         return None
     price = draft_memory_price(memory, exposure.gpu_cost_micros)
     ratio = memory.capacity_ratio

@@ -6,7 +6,12 @@ Source: the FOCUS specification's column tables for 1.0, 1.1, 1.2 and 1.3
 """
 
 from dataclasses import dataclass
+from decimal import Decimal, localcontext
 from enum import StrEnum
+
+import numpy as np
+
+from app.domain.allocation import split_array_by_weight, split_by_weight
 
 VERSIONS = ("1.0", "1.1", "1.2", "1.3")
 
@@ -19,6 +24,7 @@ class Kind(StrEnum):
     enum = "enum"  # a closed list of allowed values; case is repaired
     open_enum = "open_enum"  # a list of values the spec allows, kept as given when unknown
     json = "json"  # a flat JSON object (key-value format)
+    json_object = "json_object"  # a JSON object that may nest (1.3 JSON Object Format)
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,7 +58,7 @@ _SERVICE_CATEGORIES = (
 )
 
 COLUMNS: tuple[FocusColumn, ...] = (
-    FocusColumn("AllocatedMethodDetails", Kind.json, "1.3"),
+    FocusColumn("AllocatedMethodDetails", Kind.json_object, "1.3"),
     FocusColumn("AllocatedMethodId", Kind.string, "1.3"),
     FocusColumn("AllocatedResourceId", Kind.string, "1.3"),
     FocusColumn("AllocatedResourceName", Kind.string, "1.3"),
@@ -207,19 +213,40 @@ TYPED_COLUMNS: dict[str, str] = {
     "SkuId": "sku_id",
     "Tags": "tags",
 }
-# Columns the spec says are never null; checked on the rows when the column is present.
+# Non-nullable columns the ledger's figures stand on: a null here rejects the row (the cost
+# bases it splits, the currency it keeps them in, the periods it books them to).
 NOT_NULL = (
     "BilledCost",
     "EffectiveCost",
-    "ListCost",
-    "ContractedCost",
     "BillingCurrency",
     "BillingPeriodStart",
     "BillingPeriodEnd",
     "ChargePeriodStart",
     "ChargePeriodEnd",
-    "ChargeCategory",
 )
+# Columns the FOCUS text says are never null (the "Allows nulls: False" column of its tables)
+# that the ledger only carries along. Real exports break this (an OCI export has null
+# ContractedCost): such rows load, with a conformance warning in the ingest report.
+CONFORMANCE_NOT_NULL = (
+    "BillingAccountId",
+    "BillingAccountType",
+    "ChargeCategory",
+    "ChargeFrequency",
+    "ContractedCost",
+    "HostProviderName",
+    "InvoiceIssuerName",
+    "ListCost",
+    "ProviderName",
+    "PublisherName",
+    "ServiceCategory",
+    "ServiceName",
+    "ServiceProviderName",
+    "ServiceSubcategory",
+)
+# Unit prices the text makes mandatory on Usage and Purchase charges that are not corrections
+# (ContractedUnitPrice and ListUnitPrice, 1.0-1.3: "MUST NOT be null when ChargeClass is not
+# Correction and ChargeCategory is Usage or Purchase").
+CONFORMANCE_NOT_NULL_ON_USAGE = ("ContractedUnitPrice", "ListUnitPrice")
 # FOCUS columns whose values change from row to row. Every other column (typed, other FOCUS
 # and provider ones) describes what the row is for; a file has few distinct combinations of
 # those, and each combination is normalised once.
@@ -239,3 +266,69 @@ ATTRIBUTE_COLUMNS = (
     "focus_columns",
     "provider_columns",
 )
+
+
+# Data generator-calculated split cost allocation (FOCUS 1.3): each allocated charge carries
+# AllocatedMethodDetails {"Elements": [{"AllocatedRatio": r, ...}]}, and the ratios of one
+# origin charge's allocated charges sum to exactly 1. Ratios are fixed-point decimals with
+# RATIO_DIGITS digits: 10**RATIO_DIGITS units split by largest remainder (the rule the money
+# follows), so the decimal texts add up to exactly 1 (read them as decimals, not floats).
+RATIO_DIGITS = 12
+QUANTITY_DIGITS = 9
+"""The least number of decimals a split quantity (PricingQuantity, ConsumedQuantity) gets."""
+SUMMABLE_DECIMALS = (
+    "PricingQuantity",
+    "ConsumedQuantity",
+    "PricingCurrencyEffectiveCost",
+    "CommitmentDiscountQuantity",
+)
+"""The summable metrics besides the four costs: split like them, by the same weights."""
+
+
+def split_units(total: int, weights: np.ndarray) -> list[int]:
+    """An integer ``total`` split by non-negative int64 ``weights``, largest remainder (ties
+    to the earlier position), the sign applied after; any size of total."""
+    if abs(total) < 2**62:
+        return [int(part) for part in split_array_by_weight(total, weights)]
+    keyed = split_by_weight(total, dict(enumerate(weights.tolist())))
+    return [keyed.get(i, 0) for i in range(len(weights))]
+
+
+def ratio_units(weights: np.ndarray) -> list[int]:
+    """Each share's AllocatedRatio in units of 10**-RATIO_DIGITS; they sum to 10**RATIO_DIGITS."""
+    return split_units(10**RATIO_DIGITS, weights)
+
+
+def split_quantity(total: Decimal, weights: np.ndarray) -> list[Decimal]:
+    """A summable quantity split by ``weights`` so that the parts sum to ``total`` exactly.
+
+    The parts have QUANTITY_DIGITS decimals, or as many as ``total`` has if more: the total
+    in those units is split by largest remainder, as money is in micros."""
+    exponent = total.as_tuple().exponent
+    digits = max(QUANTITY_DIGITS, -exponent if isinstance(exponent, int) else 0)
+    with localcontext() as exact:  # the default 28 significant digits would round
+        exact.prec = _EXACT_DIGITS
+        units = int(total.scaleb(digits))
+        return [Decimal(part).scaleb(-digits) for part in split_units(units, weights)]
+
+
+_EXACT_DIGITS = 200
+
+
+def decimal_text(value: Decimal) -> str:
+    """A decimal as FOCUS numeric text: plain notation, no exponent, no ``+``."""
+    text = f"{value:f}"
+    return text if text != "-0" else "0"
+
+
+def split_weights(share_amounts: list[list[int]], fallback: np.ndarray) -> np.ndarray:
+    """What an origin charge's shares were split by: the magnitudes of their amounts in the
+    first cost basis whose shares are not all zero (EffectiveCost first), else ``fallback``
+    (the shares' GPU-nanoseconds), else equal weights."""
+    for amounts in share_amounts:
+        weights = np.abs(np.asarray(amounts, dtype=np.int64))
+        if weights.any():
+            return weights
+    if len(fallback) and np.asarray(fallback).any():
+        return np.asarray(fallback, dtype=np.int64)
+    return np.ones(len(fallback), dtype=np.int64)

@@ -70,7 +70,10 @@ __all__ = [
     "PartitionPlan",
     "PartitionPlanInput",
     "TpotModel",
+    "busiest_replica",
     "compress_hostlist",
+    "div_half_even",
+    "hour_bands",
     "hour_label",
     "load_profile",
     "partition_plan_as_dict",
@@ -304,24 +307,26 @@ class Band:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class PartitionPlan:
-    """The hourly plan, its bands and its cost against static partitions."""
+class WeeklyFleetPlan:
+    """Nodes per hour of the week and their cost against static fleets: what a partition
+    schedule and an autoscaling advice have in common."""
 
-    input: PartitionPlanInput
     hours: tuple[HourPlan, ...]
     bands: tuple[Band, ...]
     """In order of their start hour; a band wrapping the week's end starts late on Sunday."""
-    node_hours: int
-    """Node-hours per week with the schedule."""
     weekly_cost_micros: int
     static_weekly_cost_micros: int
-    """All nodes all week."""
+    """The whole fleet all week."""
     peak_static_weekly_cost_micros: int
-    """A static partition of the week's peak node count, all week."""
+    """A static fleet of the week's peak node count, all week."""
+
+    @property
+    def hours_per_month(self) -> int:
+        raise NotImplementedError
 
     @property
     def floor_nodes(self) -> int:
-        """Nodes every hour needs: the week's minimum (``SuspendExcNodes``)."""
+        """Nodes every hour needs: the week's minimum."""
         return min(hour.nodes for hour in self.hours)
 
     @property
@@ -331,17 +336,17 @@ class PartitionPlan:
 
     @property
     def unmet_hours(self) -> tuple[int, ...]:
-        """Hours of the week the whole partition cannot serve within the target."""
+        """Hours of the week the whole fleet cannot serve within the target."""
         return tuple(hour.hour_of_week for hour in self.hours if not hour.meets_target)
 
     @property
     def saved_weekly_micros(self) -> int:
-        """Against the full static partition."""
+        """Against the whole static fleet."""
         return self.static_weekly_cost_micros - self.weekly_cost_micros
 
     @property
     def saved_vs_peak_weekly_micros(self) -> int:
-        """Against a static partition sized for the peak."""
+        """Against a static fleet sized for the peak."""
         return self.peak_static_weekly_cost_micros - self.weekly_cost_micros
 
     @property
@@ -358,7 +363,7 @@ class PartitionPlan:
 
     @property
     def saved_monthly_micros(self) -> int:
-        """Static monthly minus scheduled monthly (each rounded), so that they add up."""
+        """Static monthly minus planned monthly (each rounded), so that they add up."""
         return self.static_monthly_cost_micros - self.monthly_cost_micros
 
     @property
@@ -366,10 +371,24 @@ class PartitionPlan:
         return self.peak_static_monthly_cost_micros - self.monthly_cost_micros
 
     def _monthly(self, weekly_micros: int) -> int:
-        return _div_half_even(weekly_micros * self.input.hours_per_month, HOURS_PER_WEEK)
+        return div_half_even(weekly_micros * self.hours_per_month, HOURS_PER_WEEK)
 
 
-def _div_half_even(numerator: int, denominator: int) -> int:
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PartitionPlan(WeeklyFleetPlan):
+    """The hourly plan of a Slurm partition, its bands and its cost against static partitions."""
+
+    input: PartitionPlanInput
+    node_hours: int
+    """Node-hours per week with the schedule."""
+
+    @property
+    def hours_per_month(self) -> int:
+        return self.input.hours_per_month
+
+
+def div_half_even(numerator: int, denominator: int) -> int:
+    """``numerator / denominator`` rounded half to even (``denominator`` > 0)."""
     quotient, remainder = divmod(numerator, denominator)
     twice = 2 * remainder
     if twice > denominator or (twice == denominator and quotient % 2):
@@ -411,7 +430,9 @@ def _check(inp: PartitionPlanInput) -> None:
         raise InvalidInput("speculation must be one line")
 
 
-def _busiest(load: float, replicas: int) -> int:
+def busiest_replica(load: float, replicas: int) -> int:
+    """Sessions on the busiest of ``replicas`` sharing ``load`` evenly: sessions do not split,
+    and a replica that serves at all holds at least one."""
     return max(1, math.ceil(load / replicas))
 
 
@@ -419,7 +440,7 @@ def _hour(hour: int, load: float, inp: PartitionPlanInput, tpot_s: TpotModel) ->
     limit = inp.max_concurrency_per_replica
     candidate: HourPlan | None = None
     for nodes in range(1, len(inp.nodes) + 1):
-        concurrency = _busiest(load, nodes * inp.replicas_per_node)
+        concurrency = busiest_replica(load, nodes * inp.replicas_per_node)
         plain = tpot_s(float(concurrency), False)
         fast = tpot_s(float(concurrency), True)
         speculate = fast < plain
@@ -442,7 +463,9 @@ def _hour(hour: int, load: float, inp: PartitionPlanInput, tpot_s: TpotModel) ->
     return candidate
 
 
-def _bands(hours: Sequence[HourPlan]) -> tuple[Band, ...]:
+def hour_bands(hours: Sequence[HourPlan]) -> tuple[Band, ...]:
+    """Runs of consecutive hours with the same nodes and speculation; a run that reaches the
+    week's end and one that starts it with the same settings are one band."""
     runs: list[list[HourPlan]] = []
     for hour in hours:
         if runs and (runs[-1][0].nodes, runs[-1][0].speculate) == (hour.nodes, hour.speculate):
@@ -490,7 +513,7 @@ def plan_partition(inp: PartitionPlanInput, *, tpot_s: TpotModel) -> PartitionPl
     return PartitionPlan(
         input=inp,
         hours=hours,
-        bands=_bands(hours),
+        bands=hour_bands(hours),
         node_hours=node_hours,
         weekly_cost_micros=node_hours * price,
         static_weekly_cost_micros=len(inp.nodes) * HOURS_PER_WEEK * price,

@@ -2,13 +2,23 @@
 row carrying the source row's columns, streamed in Arrow batches.
 
 Columnar: the source rows (thousands) are one Arrow table; the entries (millions) are read
-in batches of columns and turned into FOCUS columns by Arrow compute, with no Python step
-per entry. A pooled row is split across its pool's entries by an array form of the ledger's
-largest remainder, so each source row's shares sum back to it exactly.
+in batches of columns and turned into FOCUS columns by Arrow compute. A pooled row is split
+across its pool's entries by an array form of the ledger's largest remainder, so each source
+row's shares sum back to it exactly.
+
+FOCUS 1.3 (data generator-calculated split cost allocation): each source row is an *origin
+charge*, each of its shares an *allocated charge*. Dimensions and unit prices are the origin's;
+every summable metric (the four costs, PricingQuantity, ConsumedQuantity) is split so that the
+shares sum back to the origin exactly (largest remainder; quantities at
+:data:`~app.domain.focus.QUANTITY_DIGITS` decimals or more); AllocatedMethodDetails is
+``{"Elements": [{"AllocatedRatio": r, ...}], "x_...": ...}`` with the ratios of one origin's
+shares summing to exactly 1 (fixed-point, largest remainder: :func:`~app.domain.focus.ratio_units`).
+A row that matched no deployment is not split: its one share has no Allocated* columns.
 """
 
 import json
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 from pathlib import Path
@@ -23,7 +33,16 @@ from sqlalchemy import Select, String, func, select, type_coerce
 from sqlalchemy.orm import Session
 
 from app.domain.allocation import split_array_by_weight
-from app.domain.focus import TYPED_COLUMNS
+from app.domain.focus import COLUMNS as FOCUS_COLUMNS
+from app.domain.focus import (
+    RATIO_DIGITS,
+    SUMMABLE_DECIMALS,
+    TYPED_COLUMNS,
+    decimal_text,
+    ratio_units,
+    split_quantity,
+    split_weights,
+)
 from app.domain.ledger import AllocationMethod, EntryKind
 from app.domain.money import micros_to_decimal
 from app.domain.periods import Month
@@ -126,6 +145,9 @@ def focus_batches(
     names = list(source_table.column_names[1:])
     if sources:
         names += [n for n in _SHARE_COLUMNS if n not in names]
+    # Every FOCUS 1.3 column, null where the source rows had none: a FOCUS column the
+    # source file had but left null throughout is not stored, and must not vanish.
+    names += [c.name for c in FOCUS_COLUMNS if c.name not in names]
     for record in adjustment_rows[:1]:
         names += [n for n in record if n not in names]
     schema = _focus_schema(names)
@@ -138,16 +160,19 @@ def focus_batches(
             yield _record_batch(adjustment_rows, schema)
 
     def _share_batches(reader: EntryReader) -> Iterator[pa.RecordBatch]:
-        for entries in _entry_batches(reader, _single_entries(run_id, team)):
-            yield shares.of(entries, [entries[f"{name}_micros"] for name in _AMOUNTS])
-        pending: list[tuple[pa.Table, list[pa.Array]]] = []
+        # A source row's shares are read whole (the ratios and quantities need all of them),
+        # then ``team``'s kept.
+        pending: list[_Shares] = []
         held = 0
-        for row_id, entries in _by_source_row(reader, _pooled_entries(run_id)):
-            pending.append(_pool_split(sources[row_id], entries, team))
-            held += pending[-1][0].num_rows
-            if held >= FOCUS_BATCH_ROWS:
-                yield shares.of_many(pending)
-                pending, held = [], 0
+        for query, pooled in ((_single_entries(run_id), False), (_pooled_entries(run_id), True)):
+            for row_id, entries in _by_source_row(reader, query):
+                part = _origin_shares(sources[row_id], entries, pooled=pooled, team=team)
+                if part.entries.num_rows:
+                    pending.append(part)
+                    held += part.entries.num_rows
+                if held >= FOCUS_BATCH_ROWS:
+                    yield shares.of_many(pending)
+                    pending, held = [], 0
         if pending:
             yield shares.of_many(pending)
 
@@ -206,14 +231,10 @@ def _source_table(sources: dict[int, BillingRow]) -> pa.Table:
     return pa.table(columns)
 
 
-def _single_entries(run_id: int, team: str | None) -> Select[Any]:
+def _single_entries(run_id: int) -> Select[Any]:
     return (
         select(LedgerEntry.billing_row_id.label("row_id"), *_labelled())
-        .where(
-            LedgerEntry.run_id == run_id,
-            LedgerEntry.billing_row_id.is_not(None),
-            *([LedgerEntry.team == team] if team is not None else []),
-        )
+        .where(LedgerEntry.run_id == run_id, LedgerEntry.billing_row_id.is_not(None))
         .order_by(LedgerEntry.billing_row_id, *_ENTRY_ORDER)
     )
 
@@ -297,26 +318,56 @@ def _by_source_row(reader: EntryReader, query: Select[Any]) -> Iterator[tuple[in
         yield held[0]["row_id"][0].as_py(), pa.concat_tables(held)
 
 
-def _pool_split(
-    row: BillingRow, entries: pa.Table, team: str | None
-) -> tuple[pa.Table, list[pa.Array]]:
-    """A pooled source row split across its pool's entries in every basis, by the entries'
-    GPU-ns (evenly when none has any), then ``team``'s shares kept."""
-    weights = entries["gpu_ns"].to_numpy(zero_copy_only=False).astype(np.int64)
-    if not weights.any():
-        weights = np.ones(len(weights), np.int64)
-    totals = (
-        row.billed_cost_micros,
-        row.effective_cost_micros,
-        row.list_cost_micros,
-        row.contracted_cost_micros,
-    )
-    amounts = [pa.array(split_array_by_weight(total or 0, weights)) for total in totals]
+@dataclass(frozen=True, slots=True)
+class _Shares:
+    """The shares of one origin charge: entries, amounts (in :data:`_AMOUNTS` order), and the
+    columns computed per origin (AllocatedRatio text, the split quantities)."""
+
+    entries: pa.Table
+    amounts: list[pa.Array]
+    computed: dict[str, pa.Array]
+
+
+def _origin_shares(
+    row: BillingRow, entries: pa.Table, *, pooled: bool, team: str | None
+) -> _Shares:
+    """One source row's shares: a pooled row split across its pool's entries in every basis
+    by the entries' GPU-ns (evenly when none has any), a row split alone with the amounts the
+    plan gave its entries; then its quantities split and its ratios computed by the same
+    weights, and ``team``'s shares kept."""
+    gpu_ns = entries["gpu_ns"].to_numpy(zero_copy_only=False).astype(np.int64)
+    if pooled:
+        weights = gpu_ns if gpu_ns.any() else np.ones(len(gpu_ns), np.int64)
+        totals = (
+            row.billed_cost_micros,
+            row.effective_cost_micros,
+            row.list_cost_micros,
+            row.contracted_cost_micros,
+        )
+        amounts = [pa.array(split_array_by_weight(total or 0, weights)) for total in totals]
+    else:
+        amounts = [_flat(entries[f"{name}_micros"]) for name in _AMOUNTS]
+        by_basis = [amounts[i].fill_null(0).to_pylist() for i in (1, 0, 2, 3)]
+        weights = split_weights(by_basis, gpu_ns)
+    computed = {"x_AllocatedRatio": pa.array(_ratio_texts(weights), pa.string())}
+    source = _source_columns(row)
+    for name in SUMMABLE_DECIMALS:
+        total = source.get(name)
+        parts = None if total is None else split_quantity(Decimal(total), weights)
+        computed[name] = pa.array(
+            [None] * len(weights) if parts is None else [decimal_text(p) for p in parts],
+            pa.string(),
+        )
     if team is not None:
         keep = pc.fill_null(pc.equal(entries["team"], team), False).combine_chunks()
         entries = entries.filter(keep)
         amounts = [amount.filter(keep) for amount in amounts]
-    return entries, amounts
+        computed = {name: column.filter(keep) for name, column in computed.items()}
+    return _Shares(entries, amounts, computed)
+
+
+def _ratio_texts(weights: np.ndarray) -> list[str]:
+    return [f"{Decimal(units).scaleb(-RATIO_DIGITS):f}" for units in ratio_units(weights)]
 
 
 # Writing: a batch of entries and their amounts as FOCUS columns.
@@ -330,14 +381,20 @@ class _ShareBatches:
         self.schema = schema
         self.run_id = run_id
 
-    def of_many(self, parts: Sequence[tuple[pa.Table, list[pa.Array]]]) -> pa.RecordBatch:
-        """One batch of several (entries, amounts) parts."""
-        entries = pa.concat_tables([part for part, _ in parts])
-        amounts = [pa.concat_arrays([a[i] for _, a in parts]) for i in range(len(_AMOUNTS))]
-        return self.of(entries, amounts)
+    def of_many(self, parts: Sequence[_Shares]) -> pa.RecordBatch:
+        """One batch of the shares of several origin charges."""
+        entries = pa.concat_tables([part.entries for part in parts])
+        amounts = [pa.concat_arrays([p.amounts[i] for p in parts]) for i in range(len(_AMOUNTS))]
+        per_origin = {
+            name: pa.concat_arrays([p.computed[name] for p in parts]) for name in parts[0].computed
+        }
+        return self.of(entries, amounts, per_origin)
 
     def of(
-        self, entries: pa.Table, amounts: Sequence[pa.Array | pa.ChunkedArray]
+        self,
+        entries: pa.Table,
+        amounts: Sequence[pa.Array | pa.ChunkedArray],
+        per_origin: dict[str, pa.Array],
     ) -> pa.RecordBatch:
         positions = pc.index_in(entries["row_id"], value_set=self.sources["row_id"])
         source = self.sources.take(positions)
@@ -346,7 +403,8 @@ class _ShareBatches:
                 name: _money(amount)
                 for name, amount in zip(_SHARE_COLUMNS[:4], amounts, strict=True)
             },
-            **_allocation_columns(entries, self.run_id),
+            **_allocation_columns(entries, self.run_id, per_origin["x_AllocatedRatio"]),
+            **{name: per_origin[name] for name in SUMMABLE_DECIMALS},
             "x_SourceBillingRowId": entries["row_id"],
         }
         n = entries.num_rows
@@ -362,12 +420,15 @@ class _ShareBatches:
         return pa.RecordBatch.from_arrays(columns, schema=self.schema)
 
 
-def _allocation_columns(entries: pa.Table, run_id: int) -> dict[str, pa.Array]:
-    """AllocatedMethodId / Details / ResourceId / ResourceName / Tags of each entry.
+def _allocation_columns(entries: pa.Table, run_id: int, ratios: pa.Array) -> dict[str, pa.Array]:
+    """AllocatedMethodId / Details / ResourceId / ResourceName / Tags of each entry; all null
+    on an unallocated row's share (not a split: the row as billed).
 
     The details and tags are the JSON that ``json.dumps`` writes (same keys, order and
     separators), built by concatenation: entry kinds and methods are plain identifiers and
-    the text values are JSON-quoted once per distinct value."""
+    the text values are JSON-quoted once per distinct value. ``ratios`` are the entries'
+    AllocatedRatio as decimal text; a GPU-seconds method's element also names the unit and
+    quantity its ratio came from (the share's GPU-seconds)."""
     kind, method = entries["kind"], entries["method"]
     allocated = pc.not_equal(kind, EntryKind.unallocated.value)
     method_id = pc.binary_join_element_wise(
@@ -376,8 +437,21 @@ def _allocation_columns(entries: pa.Table, run_id: int) -> dict[str, pa.Array]:
         "",
     )
     levels = pc.if_else(pc.ends_with(method, _TWO_LEVEL_SUFFIX), _TWO_LEVEL, "")
+    by_gpu_seconds = pc.or_(
+        pc.starts_with(method, "gpu_seconds"), pc.starts_with(method, "proportional")
+    )
+    usage = pc.if_else(
+        by_gpu_seconds,
+        pc.binary_join_element_wise(
+            ', "UsageUnit": "GPU-Seconds", "UsageQuantity": ', _seconds_text(entries["gpu_ns"]), ""
+        ),
+        "",
+    )
     details = pc.binary_join_element_wise(
-        '{"x_Kind": "',
+        '{"Elements": [{"AllocatedRatio": ',
+        ratios,
+        usage,
+        '}], "x_Kind": "',
         kind,
         '", "x_BasisGpuNanoseconds": ',
         pc.cast(entries["gpu_ns"], pa.string()),
@@ -395,10 +469,17 @@ def _allocation_columns(entries: pa.Table, run_id: int) -> dict[str, pa.Array]:
     return {
         "AllocatedMethodId": pc.if_else(allocated, method_id, no_text),
         "AllocatedMethodDetails": pc.if_else(allocated, details, no_text),
-        "AllocatedResourceId": resource,
-        "AllocatedResourceName": entries["session_id"],
-        "AllocatedTags": _tags_json(entries),
+        "AllocatedResourceId": pc.if_else(allocated, resource, no_text),
+        "AllocatedResourceName": pc.if_else(allocated, entries["session_id"], no_text),
+        "AllocatedTags": pc.if_else(allocated, _tags_json(entries), no_text),
     }
+
+
+def _seconds_text(nanoseconds: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """Non-negative integer nanoseconds as exact decimal seconds text (``12.000000345``)."""
+    digits = pc.utf8_lpad(pc.cast(_flat(nanoseconds).fill_null(0), pa.string()), 10, "0")
+    whole = pc.utf8_slice_codeunits(digits, 0, -9)
+    return pc.binary_join_element_wise(whole, pc.utf8_slice_codeunits(digits, -9), ".")
 
 
 def _tags_json(entries: pa.Table) -> pa.Array:
@@ -504,13 +585,10 @@ def _adjustment_row(
         "ListCost": Decimal(0),
         "ContractedCost": Decimal(0),
         "AllocatedMethodId": "specledger:restatement",
-        "AllocatedMethodDetails": json.dumps(
-            {
-                "x_Kind": adjusted_kind,
-                "x_CorrectsMonth": entry["corrects_month"],
-                "x_AllocationRunId": run_id,
-            }
-        ),
+        # Not a share of an origin charge in this file (it corrects shares of a closed
+        # month's), so it has no AllocatedRatio: the details are null (the text's SHOULD
+        # NOT), the kind is in ChargeDescription and the month in x_CorrectsMonth.
+        "AllocatedMethodDetails": None,
         "AllocatedResourceId": f"idle:{entry['deployment']}"
         if adjusted_kind is EntryKind.idle
         else None,
@@ -534,6 +612,9 @@ def _source_columns(row: BillingRow) -> dict[str, Any]:
     provider = record.get("ProviderName")
     record.setdefault("ServiceProviderName", provider)
     record.setdefault("HostProviderName", provider)
+    # 1.3 keeps the deprecated PublisherName mandatory; its successor is ServiceProviderName.
+    if record.get("PublisherName") is None:
+        record["PublisherName"] = record["ServiceProviderName"]
     return record
 
 

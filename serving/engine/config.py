@@ -1,6 +1,8 @@
-"""Typed description of one vLLM engine deployment, saved as JSON per deployment.
+"""Typed description of one engine deployment, saved as JSON per deployment.
 
-The names here are ours; `serving.launcher` alone turns them into vLLM flags.
+The names here are ours; the engine adapters (:mod:`serving.engines`) alone turn them into
+an engine's flags: vLLM (the default), TensorRT-LLM's ``trtllm-serve``, or Triton with the
+TensorRT-LLM backend behind its OpenAI frontend.
 """
 
 from __future__ import annotations
@@ -81,10 +83,83 @@ class OtherSpeculation(_Frozen):
     """Remaining speculative-config keys, e.g. ``model`` and ``num_speculative_tokens``."""
 
 
+class Eagle3Speculation(_Frozen):
+    """EAGLE-3: a one-layer draft head on the target's hidden states (vLLM ``eagle3``,
+    TensorRT-LLM ``Eagle3``)."""
+
+    method: Literal["eagle3"] = "eagle3"
+    draft_model: str
+    """Path or name of the EAGLE-3 head checkpoint."""
+    k: PositiveInt = 4
+    extra: dict[str, JsonValue] = Field(default_factory=dict)
+
+
+class MtpSpeculation(_Frozen):
+    """Multi-token prediction modules shipped in the target checkpoint (DeepSeek): vLLM
+    ``mtp``, TensorRT-LLM ``MTP`` (whose ``num_nextn_predict_layers`` must equal ``k``)."""
+
+    method: Literal["mtp"] = "mtp"
+    k: PositiveInt = 1
+    extra: dict[str, JsonValue] = Field(default_factory=dict)
+
+
+class LookaheadSpeculation(_Frozen):
+    """TensorRT-LLM's Lookahead decoding: Jacobi iterations plus an n-gram pool, no draft
+    model. ``(W, N, G)``: window size, n-gram size, verification set size. TensorRT engine
+    backend only (``LookaheadDecodingConfig``)."""
+
+    method: Literal["lookahead"] = "lookahead"
+    window: PositiveInt = 4
+    """W, ``max_window_size``."""
+    ngram: PositiveInt = 4
+    """N, ``max_ngram_size``."""
+    verification_set: PositiveInt = 4
+    """G, ``max_verification_set_size``."""
+
+    @property
+    def k(self) -> int:
+        """Tokens a step can accept beyond the bonus one: ``N - 1``."""
+        return self.ngram - 1
+
+
 Speculation = Annotated[
-    NoSpeculation | NgramSpeculation | DraftModelSpeculation | MedusaSpeculation | OtherSpeculation,
+    NoSpeculation
+    | NgramSpeculation
+    | DraftModelSpeculation
+    | MedusaSpeculation
+    | Eagle3Speculation
+    | MtpSpeculation
+    | LookaheadSpeculation
+    | OtherSpeculation,
     Field(discriminator="method"),
 ]
+
+
+class TrtllmOptions(_Frozen):
+    """How ``trtllm-serve`` is started (flags of its documented CLI)."""
+
+    executable: str = "trtllm-serve"
+    backend: Literal["pytorch", "tensorrt"] = "pytorch"
+    """``tensorrt`` for a prebuilt engine (Lookahead needs it); ``pytorch`` is the default."""
+    tokenizer: str | None = None
+    tp_size: PositiveInt = 1
+    max_batch_size: PositiveInt | None = None
+    kv_cache_free_gpu_memory_fraction: Annotated[float, Field(gt=0, le=1)] | None = None
+    llm_api_options: dict[str, JsonValue] = Field(default_factory=dict)
+    """Further top-level keys of the ``--extra_llm_api_options`` YAML file."""
+
+
+class TritonOptions(_Frozen):
+    """How Triton's OpenAI-compatible frontend (``openai_frontend/main.py`` of
+    triton-inference-server/server ``python/openai``) is started over a model repository
+    holding TensorRT-LLM engines. Speculation is built into those engines; the config's
+    ``speculation`` only names it for the usage records."""
+
+    model_repository: str
+    tokenizer: str | None = None
+    frontend: str = "openai_frontend/main.py"
+    """Path of the frontend script."""
+    backend: Literal["tensorrtllm", "vllm"] = "tensorrtllm"
 
 
 class BatchSizeBand(_Frozen):
@@ -104,8 +179,10 @@ class BatchSizeBand(_Frozen):
 
 
 class EngineConfig(_Frozen):
-    """Everything needed to start one vLLM OpenAI-compatible server."""
+    """Everything needed to start one OpenAI-compatible inference server."""
 
+    engine: Literal["vllm", "trtllm", "triton"] = "vllm"
+    """Which server (and so which adapter in :mod:`serving.engines`) runs the deployment."""
     name: str = "default"
     """Deployment name: names the config, state and log files."""
     model: str
@@ -130,6 +207,34 @@ class EngineConfig(_Frozen):
     """Interpreter of the separate vLLM virtual environment."""
     extra_args: tuple[str, ...] = ()
     """Further server arguments appended verbatim."""
+    trtllm: TrtllmOptions = Field(default_factory=TrtllmOptions)
+    """Used when ``engine`` is ``trtllm``."""
+    triton: TritonOptions | None = None
+    """Required when ``engine`` is ``triton``."""
+
+    @model_validator(mode="after")
+    def _engine_options(self) -> Self:
+        if self.engine == "triton" and self.triton is None:
+            raise ValueError("engine 'triton' needs triton options (model_repository, ...)")
+        if isinstance(self.speculation, LookaheadSpeculation):
+            if self.engine == "vllm":
+                raise ValueError("lookahead decoding is TensorRT-LLM's; vLLM has no such method")
+            if self.engine == "trtllm" and self.trtllm.backend != "tensorrt":
+                raise ValueError(
+                    "lookahead decoding runs on TensorRT-LLM's TensorRT backend only: "
+                    "set trtllm.backend to 'tensorrt'"
+                )
+        if self.engine != "vllm" and self.batch_size_schedule is not None:
+            raise ValueError(
+                "TensorRT-LLM cannot change or disable speculation by batch size; route by "
+                "load (proxy speculate_up_to) instead of batch_size_schedule"
+            )
+        if self.engine != "vllm" and isinstance(self.speculation, MedusaSpeculation):
+            raise ValueError(
+                "Medusa is not among TensorRT-LLM's serving methods (MTP, Eagle3, NGram, "
+                "DraftTarget, Lookahead)"
+            )
+        return self
 
     @model_validator(mode="after")
     def _schedule_fits_speculation(self) -> Self:

