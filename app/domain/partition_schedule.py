@@ -396,17 +396,22 @@ def div_half_even(numerator: int, denominator: int) -> int:
     return quotient
 
 
-def _check(inp: PartitionPlanInput) -> None:
-    if len(inp.hourly_load) != HOURS_PER_WEEK:
+def check_hourly_load(hourly_load: Sequence[float]) -> None:
+    """One finite, non-negative load per hour of the week, or :class:`InvalidInput`."""
+    if len(hourly_load) != HOURS_PER_WEEK:
         raise InvalidInput(
             f"hourly_load needs {HOURS_PER_WEEK} values (one per hour of the week), "
-            f"got {len(inp.hourly_load)}"
+            f"got {len(hourly_load)}"
         )
-    bad = [h for h, load in enumerate(inp.hourly_load) if not (math.isfinite(load) and load >= 0)]
+    bad = [h for h, load in enumerate(hourly_load) if not (math.isfinite(load) and load >= 0)]
     if bad:
         raise InvalidInput(
-            f"hourly_load must be finite and >= 0; hour {bad[0]} is {inp.hourly_load[bad[0]]!r}"
+            f"hourly_load must be finite and >= 0; hour {bad[0]} is {hourly_load[bad[0]]!r}"
         )
+
+
+def _check(inp: PartitionPlanInput) -> None:
+    check_hourly_load(inp.hourly_load)
     if not inp.nodes:
         raise InvalidInput("the partition needs at least one node")
     if len(set(inp.nodes)) != len(inp.nodes):

@@ -53,6 +53,7 @@ from app.domain.partition_schedule import (
     TpotModel,
     WeeklyFleetPlan,
     busiest_replica,
+    check_hourly_load,
     div_half_even,
     hour_bands,
     hour_label,
@@ -152,16 +153,7 @@ class RayAdvice(WeeklyFleetPlan):
 
 
 def _check(inp: RayAdviceInput) -> None:
-    if len(inp.hourly_load) != HOURS_PER_WEEK:
-        raise InvalidInput(
-            f"hourly_load needs {HOURS_PER_WEEK} values (one per hour of the week), "
-            f"got {len(inp.hourly_load)}"
-        )
-    bad = [h for h, load in enumerate(inp.hourly_load) if not (math.isfinite(load) and load >= 0)]
-    if bad:
-        raise InvalidInput(
-            f"hourly_load must be finite and >= 0; hour {bad[0]} is {inp.hourly_load[bad[0]]!r}"
-        )
+    check_hourly_load(inp.hourly_load)
     if not (math.isfinite(inp.tpot_target_s) and inp.tpot_target_s > 0):
         raise InvalidInput(f"tpot_target_s must be finite and > 0, got {inp.tpot_target_s!r}")
     for name in ("gpus_per_node", "gpus_per_replica", "max_nodes", "hours_per_month"):
