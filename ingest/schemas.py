@@ -36,3 +36,6 @@ class BillingIngestRead(Schema):
     repairs: dict[str, int]
     rejects: list[dict[str, Any]]
     warnings: list[str]
+    conformance_warnings: list[dict[str, Any]]
+    """FOCUS rules broken in columns the ledger only carries (the rows loaded): file, column,
+    rule, count and the first rows."""

@@ -182,6 +182,24 @@ def test_billing_input_errors_name_the_problem(
     assert "bad.csv" in error["message"]
 
 
+def test_a_provider_export_breaking_nullability_loads_with_a_warning(
+    client: TestClient, keys: Keys
+) -> None:
+    """Null ContractedCost (an OCI export in the wild) loads; the API names column and rows."""
+    oci = Path(__file__).parents[1] / "fixtures" / "focus" / "oci_1_2_null_contracted.csv"
+    report = _ok(
+        client.post(
+            "/v1/billing/ingest",
+            json={"location": str(oci), "source": "oci"},
+            headers=keys.header("admin"),
+        )
+    )
+    assert report["rows"] > 0
+    columns = {w["column"]: w for w in report["conformance_warnings"]}
+    assert columns["ContractedCost"]["count"] == report["rows"]
+    assert columns["ContractedCost"]["first_rows"][0] == 1
+
+
 def test_unfittable_sweep_is_invalid_input(client: TestClient, keys: Keys, engine: Engine) -> None:
     from sqlalchemy.orm import Session
 
