@@ -32,8 +32,8 @@ Exact division: engines divide decimals through floating point, so ``a // b`` is
 billing row of 2**50 micros or more: over a billion in any currency).
 """
 
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, Protocol
 
 import ibis
 import ibis.expr.datatypes as dt
@@ -150,6 +150,24 @@ NO_TEAM_KEY = "\x00"
 """Stands for a missing team in a join key (NULL never equals NULL)."""
 
 
+class Stage(Protocol):
+    """What an engine does with a table that several parts of the plan read (see
+    :func:`allocate_plan`)."""
+
+    def __call__(self, table: ir.Table, *, derived: bool = False) -> ir.Table:
+        """``table`` to read from (computed once and kept, or as it is).
+
+        ``derived``: the table is row-wise work and joins to small tables over a table that
+        was staged itself, so an engine that scans cheaply may recompute it for each reader
+        rather than keep a copy of it (DuckDB: a view, not a temporary table)."""
+        ...
+
+
+def inline(table: ir.Table, *, derived: bool = False) -> ir.Table:
+    """The :class:`Stage` that keeps nothing: each reader gets the expression itself."""
+    return table
+
+
 def exact_divmod(numerator: ir.Value, denominator: ir.Value) -> tuple[ir.Value, ir.Value]:
     """``divmod`` of non-negative DECIMAL(38,0) values: (int64 quotient, decimal remainder).
 
@@ -166,7 +184,7 @@ def largest_remainder(
     order: list[str],
     weight: str,
     bases: list[tuple[str, str]],
-    stage: Callable[[ir.Table], ir.Table] = lambda table: table,
+    stage: Stage = inline,
 ) -> ir.Table:
     """Split each group's amounts across its members by weight, exactly.
 
@@ -188,7 +206,7 @@ def largest_remainder(
     and effective cost alike) is ranked once and its shares copied: the ranking is the costly
     step (a sort per group), and equal amounts rank alike.
     """
-    members = stage(members)
+    members = stage(members, derived=True)
     amounts = [amount for amount, _ in bases]
     uniform = ibis.and_(*(members[a] == members[amounts[0]] for a in amounts[1:]))
     alike = _split(members.filter(uniform), group, order, weight, bases[:1], stage)
@@ -205,13 +223,13 @@ def _split(
     order: list[str],
     weight: str,
     bases: list[tuple[str, str]],
-    stage: Callable[[ir.Table], ir.Table],
+    stage: Stage,
 ) -> ir.Table:
     """:func:`largest_remainder` ranking every basis. Group sums are aggregates joined back,
     not windows: a window re-partitions every column of the members, an aggregate only the
     keys."""
     totals = members.group_by(group).aggregate(_wsum=members[weight].cast(DEC).sum())
-    t = stage(members.join(totals, group))
+    t = stage(members.join(totals, group), derived=True)
     for amount, out in bases:
         magnitude = t[amount].abs().cast(DEC)
         base, remainder = exact_divmod(magnitude * t[weight].cast(DEC), t._wsum)
@@ -370,7 +388,7 @@ def allocate_tables(
     *,
     share_idle: bool,
     split_jobs: bool,
-    stage: Callable[[ir.Table], ir.Table] = lambda table: table,
+    stage: Stage = inline,
 ) -> tuple[ir.Table, ir.Table]:
     """:func:`allocate_plan` over the inputs by name (plan.INPUT_SCHEMAS)."""
     return allocate_plan(
@@ -394,7 +412,7 @@ def allocate_plan(
     *,
     share_idle: bool,
     split_jobs: bool,
-    stage: Callable[[ir.Table], ir.Table] = lambda table: table,
+    stage: Stage = inline,
 ) -> tuple[ir.Table, ir.Table]:
     """The entries of a window and its pools' member rows, as unexecuted expressions.
 
@@ -402,8 +420,9 @@ def allocate_plan(
     the entries twice, so a window without any leaves it out of the plan.
 
     ``stage`` is applied to the intermediate tables that several parts of the plan read (the
-    matched rows, the pools, the pairs); an engine that would recompute them per reader
-    (Spark inlines common subexpressions) caches them there."""
+    matched rows, the pools, the pairs, and the split's members marked ``derived``); an
+    engine that would recompute them per reader (Spark inlines common subexpressions) caches
+    them there."""
     matched = stage(matched_rows(rows, deployments, replicas))
     pooled, members = pools(matched)
     pooled = stage(pooled)
@@ -484,7 +503,7 @@ def _by_weight(
     pairs: ir.Table,
     *,
     share_idle: bool,
-    stage: Callable[[ir.Table], ir.Table],
+    stage: Stage,
 ) -> ir.Table:
     """Pools split by GPU-ns across their requests plus idle: compute and proportional."""
     requests = pairs.filter(pairs.weight > 0).semi_join(pooled, "pool_id")
@@ -562,10 +581,10 @@ def _by_weight(
     )
 
 
-def _two_level_split(members: ir.Table, stage: Callable[[ir.Table], ir.Table]) -> ir.Table:
+def _two_level_split(members: ir.Table, stage: Stage) -> ir.Table:
     """Largest remainder per pool; for a pool longer than an hour, per (hour, team) bucket
     first and then within each bucket (idle is a bucket of its own)."""
-    members = stage(members)
+    members = stage(members, derived=True)
     order = ["is_idle", "arrived_us", "usage_ord"]
     flat = largest_remainder(
         members.filter(~members.two_level),
@@ -604,9 +623,7 @@ def _two_level_split(members: ir.Table, stage: Callable[[ir.Table], ir.Table]) -
     return flat.union(inner.select(*columns))
 
 
-def _by_team(
-    pooled: ir.Table, pairs: ir.Table, *, stage: Callable[[ir.Table], ir.Table]
-) -> ir.Table:
+def _by_team(pooled: ir.Table, pairs: ir.Table, *, stage: Stage) -> ir.Table:
     """Shared pools of even- or team-policy deployments: one entry per team (or one idle)."""
     active = pairs.filter(pairs.team.notnull()).select("pool_id", "team").distinct()
     named = pooled.filter(
@@ -642,7 +659,7 @@ def _split_slurm_jobs(
     job_links: ir.Table,
     usage: ir.Table,
     *,
-    stage: Callable[[ir.Table], ir.Table],
+    stage: Stage,
 ) -> ir.Table:
     """Each linked Slurm job's entries split again across its server's requests (see the
     module docstring); the other entries unchanged."""
