@@ -141,7 +141,7 @@ def focus_batches(
     with entry_reader(session, run_id, s3_endpoint_url=s3_endpoint_url) as reader:
         adjustments = reader.mappings(_adjustments(run_id, team))
     payer = _payer_of(session, run_id, sources)
-    adjustment_rows = [_adjustment_row(entry, month, payer, run_id) for entry in adjustments]
+    adjustment_rows = [_adjustment_row(entry, month, payer) for entry in adjustments]
     names = list(source_table.column_names[1:])
     if sources:
         names += [n for n in _SHARE_COLUMNS if n not in names]
@@ -561,7 +561,7 @@ def _payer_columns(row: BillingRow) -> dict[str, Any]:
 
 
 def _adjustment_row(
-    entry: Mapping[str, Any], month: Month, payer: dict[str, Any], run_id: int
+    entry: Mapping[str, Any], month: Month, payer: dict[str, Any]
 ) -> dict[str, Any]:
     """A restatement booked in ``month`` (an adjustment entry's columns): the change to a
     closed month's allocation after its billing was re-delivered. List and contracted cost
