@@ -33,6 +33,7 @@ import httpx
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.types import Receive, Scope, Send
 
 from app.db import make_engine
 from app.domain.gpu_seconds import ReplicaMeter
@@ -56,6 +57,7 @@ from serving.proxy.relay import (
 )
 from serving.proxy.sink import UsageSink
 from serving.proxy.state import Clock, ProxyState, ReplicaState
+from serving.proxy.upstream import Http11Upstream, HttpxUpstream, Upstream
 from serving.proxy.wire import (
     Endpoint,
 )
@@ -114,8 +116,18 @@ def create_proxy_app(
         clock = Clock()
         start_ns = clock.now_us_ns()
         async with httpx.AsyncClient(timeout=timeout, limits=limits, transport=transport) as client:
+            # Completions go through our own HTTP/1.1 client; a test's fake transport
+            # serves them through httpx instead.
+            upstream: Upstream = (
+                HttpxUpstream(client)
+                if transport is not None
+                else Http11Upstream(
+                    connect_timeout_s=config.connect_timeout_s,
+                    read_timeout_s=config.read_timeout_s,
+                )
+            )
             state = ProxyState(config=config, client=client, metrics=metrics, sink=sink,
-                           clock=clock, replicas=[
+                           clock=clock, upstream=upstream, replicas=[
                                ReplicaState(spec=spec, meter=ReplicaMeter(gpus=spec.gpus,
                                                                       start_ns=start_ns),
                                             iterations=_iteration_meter(config, spec, start_ns))
@@ -147,27 +159,30 @@ def create_proxy_app(
                     task.cancel()
                     with contextlib.suppress(asyncio.CancelledError):
                         await task
+                await upstream.aclose()
                 for replica in state.replicas:
                     state.close_window(replica, reopen=False)
                 await anyio.to_thread.run_sync(sink.close)
                 if engine is not None:
                     engine.dispose()
 
-    app = FastAPI(title="specledger proxy", lifespan=lifespan, docs_url=None, redoc_url=None)
+    app = ProxyApp(title="specledger proxy", lifespan=lifespan, docs_url=None, redoc_url=None)
 
     def state_of(request: Request) -> ProxyState:
         proxy: ProxyState = request.app.state.proxy
         return proxy
 
+    # ProxyApp serves these before routing; the routes document them (and serve them
+    # should a request reach the router).
     @app.post("/v1/completions")
     async def completions(request: Request) -> Response:
         """OpenAI completions, forwarded to a replica and metered."""
-        return await forward(state_of(request), request, Endpoint.completions)
+        return _Forwarded(state_of(request), Endpoint.completions)
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> Response:
         """OpenAI chat completions, forwarded to a replica and metered."""
-        return await forward(state_of(request), request, Endpoint.chat_completions)
+        return _Forwarded(state_of(request), Endpoint.chat_completions)
 
     @app.get("/v1/models")
     async def models(request: Request) -> Response:
@@ -185,6 +200,38 @@ def create_proxy_app(
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     return app
+
+
+_COMPLETIONS = {
+    "/v1/completions": Endpoint.completions,
+    "/v1/chat/completions": Endpoint.chat_completions,
+}
+
+
+class _Forwarded(Response):
+    """A completion request, served by :func:`forward` as an ASGI app."""
+
+    def __init__(self, state: ProxyState, endpoint: Endpoint) -> None:
+        super().__init__()
+        self.proxy = state
+        self.endpoint = endpoint
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await forward(self.proxy, scope, receive, send, self.endpoint)
+
+
+class ProxyApp(FastAPI):
+    """The proxy's FastAPI app, whose completion endpoints are served as raw ASGI: a
+    streamed answer goes from the upstream socket to the client's with no routing,
+    middleware or response classes in between (one ``send`` per read)."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST":
+            endpoint = _COMPLETIONS.get(scope["path"])
+            if endpoint is not None:
+                await forward(self.state.proxy, scope, receive, send, endpoint)
+                return
+        await super().__call__(scope, receive, send)
 
 
 async def _tick_forever(state: ProxyState) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Annotated
 
@@ -40,7 +41,7 @@ class ReplicaSpec(BaseModel):
         """The URL without a trailing slash or ``/v1``."""
         return self.url.rstrip("/").removesuffix("/v1")
 
-    @property
+    @functools.cached_property
     def replica_name(self) -> str:
         """The name usage records give the replica."""
         return self.name or httpx.URL(self.base_url).netloc.decode()
@@ -87,6 +88,11 @@ class ProxyConfig(BaseModel):
     max_connections: PositiveInt = 1000
     tick_interval_s: float = 1.0
     """How often the meters are cut, so records settle while requests are quiet."""
+    meter_batch_s: float = Field(0.05, ge=0)
+    """A streamed request's chunks are reported to its replica's meter at most this often
+    (together, at the instant of the last; every tick reports what is held): the
+    resolution of the GPU-time split, traded for the meter's cost per chunk. 0 reports
+    every chunk."""
     idle_window_s: float = 300.0
     """A metering window closes (idle time written) at the first idle tick after this."""
     sink_batch_size: PositiveInt = 500
@@ -113,6 +119,10 @@ class ProxyConfig(BaseModel):
     new requests go to speculating replicas, above it to plain ones. The schedule done by
     routing, for engines whose k=0 path still costs (a drafter kept at k=0 is not free).
     None: every request goes to the replica with the fewest in flight."""
+
+    @property
+    def meter_batch_ns(self) -> int:
+        return int(self.meter_batch_s * 1e9)
 
     @model_validator(mode="after")
     def _keys_need_the_database(self) -> ProxyConfig:

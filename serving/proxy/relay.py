@@ -7,20 +7,21 @@ Pure parsing of what vLLM sends back is in :mod:`serving.proxy.wire`; who pays i
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import json
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
 import anyio
 import httpx
-from fastapi import Request
-from fastapi.responses import JSONResponse, Response, StreamingResponse
-from starlette.types import Send
+from starlette.datastructures import Headers
+from starlette.responses import JSONResponse
+from starlette.types import Receive, Scope, Send
 
 from app.auth.service import KEY_MARK
 from app.budgets.service import OverLimit
@@ -37,17 +38,16 @@ from serving.engines import adapter_for
 from serving.proxy.attribution import Attribution, AttributionRefused, attribute
 from serving.proxy.keyring import looks_like_key
 from serving.proxy.state import DOWN_FOR_NS, InFlight, ProxyState
+from serving.proxy.upstream import UpstreamError, UpstreamResponse
 from serving.proxy.vllm_metrics import parse_spec_decode_counters
 from serving.proxy.wire import (
     Endpoint,
     ParsedResponse,
-    SseSplitter,
+    StreamRelay,
     StreamTally,
     TokenUsage,
-    parse_event,
     parse_response,
     response_tokens,
-    without_usage,
 )
 
 log = logging.getLogger(__name__)
@@ -152,29 +152,74 @@ async def attribution_of(state: ProxyState, headers: Mapping[str, str]) -> Attri
     )
 
 
-def _response_headers(upstream: httpx.Response, request: InFlight) -> dict[str, str]:
-    headers = {
-        k: v
-        for k, v in upstream.headers.items()
-        if k.lower() not in _HOP_BY_HOP and k.lower() not in _OWN_HEADERS
-    }
-    headers[SESSION_HEADER] = request.attribution.session_id
-    headers[EVENT_HEADER] = request.event_id
+def _response_headers(upstream: UpstreamResponse, request: InFlight) -> list[tuple[bytes, bytes]]:
+    headers = [(name, value) for name, value in upstream.headers if name not in _NOT_PASSED]
+    headers.append((_SESSION_RAW, request.attribution.session_id.encode("latin-1")))
+    headers.append((_EVENT_RAW, request.event_id.encode("latin-1")))
     return headers
 
 
-class _MeteredStream(StreamingResponse):
-    """A streaming response whose body generator is always closed in the sending task, so a
-    client that hangs up is seen (and the upstream request aborted) at once."""
+_NOT_PASSED = frozenset(name.encode() for name in _HOP_BY_HOP | _OWN_HEADERS)
+_SESSION_RAW = SESSION_HEADER.lower().encode()
+_EVENT_RAW = EVENT_HEADER.lower().encode()
 
-    async def stream_response(self, send: Send) -> None:
-        try:
-            await super().stream_response(send)
-        finally:
-            aclose = getattr(self.body_iterator, "aclose", None)
-            if aclose is not None:
-                with anyio.CancelScope(shield=True):
-                    await aclose()
+
+async def send_json(
+    send: Send, status: int, body: Any, headers: Mapping[str, str] | None = None
+) -> None:
+    """A JSON response, as Starlette's ``JSONResponse`` writes it."""
+    payload = json.dumps(body, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
+    raw = [(b"content-length", str(len(payload)).encode()), (b"content-type", b"application/json")]
+    raw += [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in (headers or {}).items()]
+    await send({"type": "http.response.start", "status": status, "headers": raw})
+    await send({"type": "http.response.body", "body": payload})
+
+
+async def _read_body(receive: Receive) -> bytes | None:
+    """The request body; None if the client hung up first."""
+    chunks: list[bytes] = []
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return None
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+
+
+class _Hangup:
+    """Watches for the client hanging up while its request is relayed, and then cancels
+    the relaying task at the await it is in (the upstream request is aborted at once)."""
+
+    __slots__ = ("done", "fired", "task", "watcher")
+
+    def __init__(self, receive: Receive) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self.task = task
+        self.fired = False
+        self.done = False
+        """Set before the last awaits of the response: from then on a hang-up changes
+        nothing."""
+        self.watcher = asyncio.create_task(self._watch(receive))
+
+    async def _watch(self, receive: Receive) -> None:
+        while (await receive())["type"] != "http.disconnect":
+            pass
+        if not self.done:
+            self.fired = True
+            self.task.cancel()
+
+    def caught(self) -> bool:
+        """Whether a CancelledError being handled is this hang-up's (then it is taken back)."""
+        if not self.fired:
+            return False
+        self.task.uncancel()
+        return True
+
+    def stop(self) -> None:
+        self.done = True
+        self.watcher.cancel()
 
 
 def _stream_options(
@@ -203,56 +248,46 @@ def _outcome(tally: StreamTally) -> tuple[UsageStatus, str | None]:
 async def _relay(
     state: ProxyState,
     request: InFlight,
-    upstream: httpx.Response,
+    upstream: UpstreamResponse,
+    send: Send,
+    hangup: _Hangup,
+    headers: list[tuple[bytes, bytes]],
     *,
     wants_usage: bool,
     wants_every: bool,
-) -> AsyncIterator[bytes]:
-    """Pass a vLLM stream to the client event by event, metering the tokens each carries."""
-    splitter = SseSplitter()
-    tally = StreamTally()
+) -> None:
+    """Pass a stream to the client read by read, metering the tokens each carries."""
+    relay = StreamRelay(wants_usage=wants_usage, wants_every=wants_every)
+    tally = relay.tally
+    clock = state.clock
     status = UsageStatus.cancelled
     error: str | None = "the client disconnected before the end"
+    tail = b""
     try:
-        try:
-            async for data in upstream.aiter_raw():
-                now_ns = state.clock.now_ns()
-                out: list[bytes] = []
-                tokens = 0
-                for raw in splitter.feed(data):
-                    event = parse_event(raw)
-                    tokens += tally.observe(event)
-                    if event.payload is None or "usage" not in event.payload:
-                        out.append(raw)
-                    elif event.usage_only:
-                        if wants_usage:
-                            out.append(raw)
-                    else:
-                        out.append(raw if wants_every else without_usage(event))
-                if tokens:
-                    if request.first_token_ns is None and tally.completion_tokens:
-                        request.first_token_ns = now_ns
-                    state.chunk(request, tokens=tokens, at_ns=now_ns)
-                if tally.done:  # a client that hangs up once it has [DONE] got everything
-                    status, error = _outcome(tally)
-                if out:
-                    yield b"".join(out)
-            if splitter.pending.strip():
-                yield splitter.pending
-        except httpx.HTTPError as exc:
-            status, error = UsageStatus.error, f"upstream stream failed: {exc!r}"
-            yield (
-                b"data: "
-                + json.dumps(
-                    error_body("upstream_unavailable", f"the model server failed mid-stream: {exc}")
-                ).encode()
-                + b"\n\ndata: [DONE]\n\n"
-            )
-        else:
-            status, error = _outcome(tally)
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        async for data in upstream.chunks():
+            now_ns = clock.now_ns()
+            out, tokens = relay.feed(data)
+            if tokens:
+                if request.first_token_ns is None and tally.completion_tokens:
+                    request.first_token_ns = now_ns
+                state.chunk(request, tokens=tokens, at_ns=now_ns)
+            if tally.done:  # a client that hangs up once it has [DONE] got everything
+                status, error = _outcome(tally)
+            if out:
+                await send({"type": "http.response.body", "body": out, "more_body": True})
+        status, error = _outcome(tally)
+        tail = relay.splitter.pending if relay.splitter.pending.strip() else b""
+    except UpstreamError as exc:
+        status, error = UsageStatus.error, f"upstream stream failed: {exc}"
+        failure = error_body("upstream_unavailable", f"the model server failed mid-stream: {exc}")
+        tail = b"data: " + json.dumps(failure).encode() + b"\n\ndata: [DONE]\n\n"
+    except asyncio.CancelledError:
+        if not hangup.caught():
+            raise
     finally:
-        with anyio.CancelScope(shield=True):
-            await upstream.aclose()
+        hangup.done = True
+        await upstream.aclose()
         state.finish(
             request,
             status=status,
@@ -263,6 +298,8 @@ async def _relay(
             error=error,
             accepted_hist=tally.acceptance_histogram,
         )
+    if not hangup.fired:
+        await send({"type": "http.response.body", "body": tail, "more_body": False})
 
 
 def _over_budget(over: OverLimit, attribution: Attribution) -> JSONResponse:
@@ -299,15 +336,22 @@ def _over_budget(over: OverLimit, attribution: Attribution) -> JSONResponse:
     )
 
 
-async def forward(state: ProxyState, http_request: Request, endpoint: Endpoint) -> Response:
+async def forward(
+    state: ProxyState, scope: Scope, receive: Receive, send: Send, endpoint: Endpoint
+) -> None:
+    """Serve one completion request (raw ASGI): check who pays, pick a replica, relay the
+    answer and meter it."""
     arrived_ns = state.clock.now_ns()
-    headers = http_request.headers
+    headers = Headers(scope=scope)
     try:
         attribution = await attribution_of(state, headers)
     except AttributionRefused as exc:
         state.metrics.rejected(exc.code)
-        return JSONResponse(error_body(exc.code, exc.message), status_code=exc.status)
-    raw = await http_request.body()  # only once the key is known good
+        await send_json(send, exc.status, error_body(exc.code, exc.message))
+        return
+    raw = await _read_body(receive)  # only once the key is known good
+    if raw is None:
+        return
     try:
         body = json.loads(raw)
     except ValueError:
@@ -334,23 +378,28 @@ async def forward(state: ProxyState, http_request: Request, endpoint: Endpoint) 
         )
         if over is not None:
             state.metrics.rejected("budget_exceeded")
-            return _over_budget(over, attribution)
+            await _over_budget(over, attribution)(scope, receive, send)
+            return
         state.metrics.rejected("permission_denied")
-        return JSONResponse(
+        await send_json(
+            send,
+            403,
             error_body(
                 "permission_denied",
                 f"this key may not use the deployments serving model {model!r}",
             ),
-            status_code=403,
-            headers={SESSION_HEADER: attribution.session_id},
+            {SESSION_HEADER: attribution.session_id},
         )
+        return
     if replica is None:
         state.metrics.rejected("model_not_found")
-        return JSONResponse(
+        await send_json(
+            send,
+            404,
             error_body("model_not_found", f"no replica serves model {model!r}"),
-            status_code=404,
-            headers={SESSION_HEADER: attribution.session_id},
+            {SESSION_HEADER: attribution.session_id},
         )
+        return
     streamed = bool(body and body.get("stream"))
     request = state.begin(
         replica,
@@ -368,28 +417,39 @@ async def forward(state: ProxyState, http_request: Request, endpoint: Endpoint) 
         )
         content = json.dumps(upstream_body).encode()
     path = "/v1/completions" if endpoint is Endpoint.completions else "/v1/chat/completions"
-    upstream_request = state.client.build_request(
-        "POST", replica.spec.base_url + path, content=content, headers=forward_headers(headers)
-    )
+    hangup = _Hangup(receive)
     try:
-        upstream = await state.client.send(upstream_request, stream=True)
-    except httpx.HTTPError as exc:
-        return _unavailable(state, request, exc)
-    except BaseException:
-        _abandoned(state, request, "the client disconnected before the model server answered")
-        raise
-    response_headers = _response_headers(upstream, request)
-    if (
-        streamed
-        and upstream.status_code == 200
-        and upstream.headers.get("content-type", "").startswith("text/event-stream")
-    ):
-        return _MeteredStream(
-            _relay(state, request, upstream, wants_usage=wants_usage, wants_every=wants_every),
-            status_code=200,
-            headers=response_headers,
-        )
-    return await _complete(state, request, upstream, response_headers)
+        try:
+            assert state.upstream is not None
+            upstream = await state.upstream.send(
+                "POST", replica.spec.base_url + path, headers=forward_headers(headers),
+                content=content,
+            )  # fmt: skip
+        except UpstreamError as exc:
+            hangup.done = True
+            await _unavailable(state, request, exc, send)
+            return
+        except asyncio.CancelledError:
+            _abandoned(state, request, "the client disconnected before the model server answered")
+            if hangup.caught():
+                return
+            raise
+        except BaseException:
+            _abandoned(state, request, "the client disconnected before the model server answered")
+            raise
+        response_headers = _response_headers(upstream, request)
+        content_type = upstream.header(b"content-type") or b""
+        if (
+            streamed
+            and upstream.status_code == 200
+            and content_type.startswith(b"text/event-stream")
+        ):
+            await _relay(state, request, upstream, send, hangup, response_headers,
+                         wants_usage=wants_usage, wants_every=wants_every)  # fmt: skip
+        else:
+            await _complete(state, request, upstream, send, hangup, response_headers)
+    finally:
+        hangup.stop()
 
 
 def _abandoned(state: ProxyState, request: InFlight, error: str) -> None:
@@ -406,20 +466,32 @@ def _abandoned(state: ProxyState, request: InFlight, error: str) -> None:
 
 
 async def _complete(
-    state: ProxyState, request: InFlight, upstream: httpx.Response, headers: dict[str, str]
-) -> Response:
+    state: ProxyState,
+    request: InFlight,
+    upstream: UpstreamResponse,
+    send: Send,
+    hangup: _Hangup,
+    headers: list[tuple[bytes, bytes]],
+) -> None:
     """Read a whole response, meter it and hand it on unchanged."""
     try:
         try:
-            payload = await upstream.aread()
+            payload = await upstream.read()
         finally:
-            with anyio.CancelScope(shield=True):
-                await upstream.aclose()
-    except httpx.HTTPError as exc:
-        return _unavailable(state, request, exc)
+            await upstream.aclose()
+    except UpstreamError as exc:
+        hangup.done = True
+        await _unavailable(state, request, exc, send)
+        return
+    except asyncio.CancelledError:
+        _abandoned(state, request, "the client disconnected before the response was complete")
+        if hangup.caught():
+            return
+        raise
     except BaseException:
         _abandoned(state, request, "the client disconnected before the response was complete")
         raise
+    hangup.done = True
     try:
         parsed = parse_response(json.loads(payload))
     except ValueError:
@@ -440,16 +512,20 @@ async def _complete(
         error=None if ok else parsed.error or f"HTTP {upstream.status_code}",
         accepted_hist=metrics.acceptance_histogram if metrics else None,
     )
-    return Response(payload, status_code=upstream.status_code, headers=headers)
+    headers = [*headers, (b"content-length", str(len(payload)).encode())]
+    await send({"type": "http.response.start", "status": upstream.status_code, "headers": headers})
+    await send({"type": "http.response.body", "body": payload})
 
 
-def _unavailable(state: ProxyState, request: InFlight, exc: httpx.HTTPError) -> JSONResponse:
+async def _unavailable(
+    state: ProxyState, request: InFlight, exc: UpstreamError, send: Send
+) -> None:
     """A 503 for a replica that is down or timed out, recorded as an error."""
     replica = request.replica
-    if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout):
+    if exc.kind == "connect":
         replica.down_until_ns = state.clock.now_ns() + DOWN_FOR_NS
-    kind = "timed out" if isinstance(exc, httpx.TimeoutException) else "is unreachable"
-    message = f"the model server {replica.spec.replica_name} {kind}: {exc!r}"
+    kind = "timed out" if exc.kind == "timeout" else "is unreachable"
+    message = f"the model server {replica.spec.replica_name} {kind}: {exc}"
     log.warning("%s", message)
     state.finish(
         request,
@@ -460,10 +536,11 @@ def _unavailable(state: ProxyState, request: InFlight, exc: httpx.HTTPError) -> 
         http_status=503,
         error=message,
     )
-    return JSONResponse(
+    await send_json(
+        send,
+        503,
         error_body("upstream_unavailable", message),
-        status_code=503,
-        headers={SESSION_HEADER: request.attribution.session_id, EVENT_HEADER: request.event_id},
+        {SESSION_HEADER: request.attribution.session_id, EVENT_HEADER: request.event_id},
     )
 
 

@@ -25,6 +25,7 @@ from serving.proxy.iteration_meter import IterationSpecMeter
 from serving.proxy.keyring import KeyRing
 from serving.proxy.metrics import ProxyMetrics
 from serving.proxy.sink import UsageSink
+from serving.proxy.upstream import Upstream
 from serving.proxy.vllm_metrics import EngineCounterCheck
 from serving.proxy.wire import Endpoint, SpecDecodeStats, TokenUsage
 
@@ -66,6 +67,12 @@ class InFlight:
     concurrency: int
     first_token_ns: int | None = None
     done: bool = False
+    reported_ns: int = 0
+    """Instant of the request's latest report to the meter (its start, at first)."""
+    held_tokens: int = 0
+    """Tokens of chunks not yet reported to the meter (see :meth:`ProxyState.chunk`)."""
+    held_at_ns: int = 0
+    """Instant of the latest of those chunks."""
 
 
 @dataclass(slots=True)
@@ -106,6 +113,8 @@ class ProxyState:
     sink: UsageSink
     metrics: ProxyMetrics
     clock: Clock
+    upstream: Upstream | None = None
+    """The leg to the replicas for completions (None only before the app starts)."""
     keyring: KeyRing | None = None
     """Live proxy keys; None where the proxy checks none (anonymous use only)."""
     budgets: BudgetGuard | None = None
@@ -161,6 +170,7 @@ class ProxyState:
             streamed=streamed,
             arrived_ns=arrived_ns,
             concurrency=replica.meter.in_flight,
+            reported_ns=arrived_ns,
         )
         replica.live[event_id] = request
         self.metrics.in_flight(replica.spec, replica.in_flight)
@@ -228,13 +238,35 @@ class ProxyState:
         replica.pending[event.event_id] = event
         if replica.iterations is not None:
             replica.iterations.end(request.event_id, at_ns=finished_ns)
+        self._report(request)
         replica.meter.finish(request.event_id, at_ns=finished_ns, tokens=meter_tokens)
         self.settle(replica)
 
     def chunk(self, request: InFlight, *, tokens: int, at_ns: int) -> None:
-        """Meter a streamed chunk carrying ``tokens`` computed since the request's last one."""
-        if not request.done:
-            request.replica.meter.chunk(request.event_id, at_ns=at_ns, tokens=tokens)
+        """Meter a streamed chunk carrying ``tokens`` computed since the request's last one.
+
+        Chunks are reported to the meter in batches: a request's chunks within
+        ``meter_batch_s`` of its latest report are held and reported together at the
+        instant of the last of them (at the latest on the next tick, or at the finish).
+        To the meter that is one event whose tokens were computed at a constant rate since
+        the previous one, which is how it treats every event: the replica's time is still
+        split exactly, at the resolution of the batch.
+        """
+        if request.done:
+            return
+        request.held_tokens += tokens
+        request.held_at_ns = at_ns
+        if at_ns - request.reported_ns >= self.config.meter_batch_ns:
+            self._report(request)
+
+    def _report(self, request: InFlight) -> None:
+        """Hand the request's held chunks to its meter."""
+        if request.held_tokens:
+            request.replica.meter.chunk(
+                request.event_id, at_ns=request.held_at_ns, tokens=request.held_tokens
+            )
+            request.reported_ns = request.held_at_ns
+            request.held_tokens = 0
 
     def settle(self, replica: ReplicaState) -> None:
         """Hand every record whose GPU time is final to the sink."""
@@ -275,6 +307,8 @@ class ProxyState:
     def tick(self) -> None:
         """Cut every meter at now; close the windows of replicas idle for long enough."""
         for replica in self.replicas:
+            for request in replica.live.values():
+                self._report(request)
             now_ns = self.clock.now_ns()
             replica.meter.tick(at_ns=now_ns)
             self.settle(replica)

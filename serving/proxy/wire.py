@@ -39,10 +39,12 @@ __all__ = [
     "RequestMetrics",
     "SpecDecodeStats",
     "SseSplitter",
+    "StreamRelay",
     "StreamTally",
     "TokenUsage",
     "parse_event",
     "parse_response",
+    "scan_usage",
 ]
 
 DONE = b"[DONE]"
@@ -232,7 +234,12 @@ class SseSplitter:
 
     def feed(self, data: bytes) -> list[bytes]:
         """Add bytes; return the events completed by them, in order."""
-        self._buffer += data
+        if self._buffer:
+            data = self._buffer + data
+        if b"\r" not in data:  # the usual case (vLLM ends events with \n\n): split in C
+            *parts, self._buffer = data.split(b"\n\n")
+            return [part + b"\n\n" for part in parts]
+        self._buffer = data
         events: list[bytes] = []
         start = 0
         for match in _EVENT_END.finditer(self._buffer):
@@ -295,6 +302,105 @@ def without_usage(event: ParsedEvent) -> bytes:
         + json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode()
         + (b"\n\n")
     )
+
+
+_USAGE_KEY = b'"usage":'
+_CHOICES_KEY = b'"choices":'
+_HEAD = b"data: {"
+_TAIL = b"}\n\n"
+_VLLM_USAGE = re.compile(
+    rb',"usage":\{"prompt_tokens":(0|[1-9]\d*),"total_tokens":(?:0|[1-9]\d*),'
+    rb'"completion_tokens":(0|[1-9]\d*)'
+    rb'(?:,"prompt_tokens_details":(?:null|\{"cached_tokens":(0|[1-9]\d*)\}))?\}\}\n\n'
+)
+"""The usage member of vLLM's chunks, as its UsageInfo serialises, to the end of the chunk."""
+
+
+def scan_usage(event: bytes) -> tuple[int, int, int, int] | None:
+    """Read the cumulative usage of a streamed chunk without decoding the chunk.
+
+    Applies to the chunks vLLM sends with ``continuous_usage_stats``: one ``data:`` line of
+    compact JSON whose choices are not empty and whose last member is the ``usage`` object.
+    Only that object is read. A ``"usage":`` outside a JSON string can only be a key,
+    and the text between it and the closing brace of the chunk is one JSON value only if
+    it is a member of the outermost object (a nested one would be followed by the
+    brackets that close its container); the choices key is the outermost object's when no
+    other brace comes before it.
+
+    Returns:
+        ``(prompt_tokens, completion_tokens, cached_tokens, cut)``, where ``cut`` is the
+        index of the comma that starts the usage member (the chunk without usage is
+        ``event[:cut] + b"}\\n\\n"``); None when the chunk is not of that form (decode it
+        whole: :func:`parse_event`).
+    """
+    key = event.find(_USAGE_KEY) - 1
+    choices = event.find(_CHOICES_KEY)
+    if (
+        key < 0
+        or event[key] != 0x2C  # compact JSON: a comma right before the member
+        or not 0 < choices < key
+        or not event.startswith(_HEAD)
+        or event.find(_USAGE_KEY, key + 2) >= 0
+        or event.find(_CHOICES_KEY, choices + 1) >= 0
+        or event.count(b"{", 0, choices) != 1
+        or event[choices + 10 : choices + 12] != b"[{"
+        or event.find(b"\n", 0, key) >= 0
+        or event.find(b"\r") >= 0
+        or event.find(b"\\u") >= 0  # an escaped key would hide from the scan
+    ):
+        return None
+    match = _VLLM_USAGE.fullmatch(event, key)
+    if match is not None:
+        prompt, completion, cached = match.groups()
+        return int(prompt), int(completion), int(cached or 0), key
+    if not event.endswith(_TAIL) or event.find(b"\n", key, len(event) - 2) >= 0:
+        return None
+    try:
+        value = json.loads(event[key + 9 : len(event) - 3])
+    except ValueError:
+        return None
+    if not isinstance(value, dict):
+        return None
+    usage = _usage(value)
+    assert usage is not None
+    return usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens, key
+
+
+class StreamRelay:
+    """One metered stream, read by read: what the client gets and the tokens each read
+    carries (pure). Continuous usage is taken out where the client did not ask for it."""
+
+    __slots__ = ("splitter", "tally", "wants_every", "wants_usage")
+
+    def __init__(self, *, wants_usage: bool, wants_every: bool) -> None:
+        self.splitter = SseSplitter()
+        self.tally = StreamTally()
+        self.wants_usage = wants_usage
+        self.wants_every = wants_every
+
+    def feed(self, data: bytes) -> tuple[bytes, int]:
+        """The bytes to pass on for ``data`` (complete events only) and the tokens the
+        events show were computed since the previous read."""
+        out: list[bytes] = []
+        tokens = 0
+        tally = self.tally
+        for raw in self.splitter.feed(data):
+            scanned = scan_usage(raw)
+            if scanned is not None:
+                prompt, completion, cached, cut = scanned
+                tokens += tally.observe_usage(prompt, completion, cached)
+                out.append(raw if self.wants_every else raw[:cut] + _TAIL)
+                continue
+            event = parse_event(raw)
+            tokens += tally.observe(event)
+            if event.payload is None or "usage" not in event.payload:
+                out.append(raw)
+            elif event.usage_only:
+                if self.wants_usage:
+                    out.append(raw)
+            else:
+                out.append(raw if self.wants_every else without_usage(event))
+        return b"".join(out), tokens
 
 
 def _choice_tokens(choice: Any) -> int:
@@ -362,14 +468,32 @@ class StreamTally:
             self.final_usage = usage
             self.metrics = _metrics(payload.get("metrics"))
         if usage is not None:
-            self.prompt_tokens = usage.prompt_tokens
-            self.cached_tokens = max(self.cached_tokens, usage.cached_tokens)
-            self.completion_tokens = max(self.completion_tokens, usage.completion_tokens)
+            self._take_usage(usage)
         else:
             choices = payload.get("choices")
             if isinstance(choices, list):
                 self.completion_tokens += sum(_choice_tokens(choice) for choice in choices)
         return self._unmetered()
+
+    def observe_usage(self, prompt_tokens: int, completion_tokens: int, cached_tokens: int) -> int:
+        """Count one chunk that has choices and cumulative usage (what :meth:`observe`
+        does with such a chunk, for a caller that read only its usage: :func:`scan_usage`).
+
+        Returns:
+            Tokens computed since the previous event, as :meth:`observe`.
+        """
+        self.events += 1
+        self.prompt_tokens = prompt_tokens
+        if cached_tokens > self.cached_tokens:
+            self.cached_tokens = cached_tokens
+        if completion_tokens > self.completion_tokens:
+            self.completion_tokens = completion_tokens
+        return self._unmetered()
+
+    def _take_usage(self, usage: TokenUsage) -> None:
+        self.prompt_tokens = usage.prompt_tokens
+        self.cached_tokens = max(self.cached_tokens, usage.cached_tokens)
+        self.completion_tokens = max(self.completion_tokens, usage.completion_tokens)
 
     def _unmetered(self) -> int:
         # Prompt tokens count once the first token shows that prefill ran (vLLM's chat
