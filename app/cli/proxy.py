@@ -7,16 +7,12 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from pydantic import ValidationError
-from rich.console import Console
 
-from serving.engine.config import engine_config_path, load_engine_config
-from serving.proxy.app import ProxyConfig, ReplicaSpec, create_proxy_app
-
-_err = Console(stderr=True)
+if TYPE_CHECKING:  # the command imports what it serves with only when it runs
+    from serving.proxy.config import ReplicaSpec
 
 _REPLICA_KEYS = {
     "gpus": "gpus",
@@ -36,6 +32,10 @@ def parse_replica(text: str) -> ReplicaSpec:
     Raises:
         typer.BadParameter: On an unknown key or a bad value.
     """
+    from pydantic import ValidationError
+
+    from serving.proxy.config import ReplicaSpec
+
     url, *items = (part.strip() for part in text.split(","))
     if not url.startswith(("http://", "https://")):
         raise typer.BadParameter(f"{text!r}: the first item must be the replica's http(s) URL")
@@ -137,6 +137,32 @@ def proxy(
             "checked, and an anonymous request may not name a team.",
         ),
     ] = False,
+    workers: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            help="Proxy processes on the port (SO_REUSEPORT). Above 1, this process runs the "
+            "meters, the usage sink and the spool for all of them, and the workers send it "
+            "their requests' events.",
+        ),
+    ] = 1,
+    meter_listen: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--meter-listen",
+            help="Also serve the meters at this address (tcp://HOST:PORT or unix:/PATH), for "
+            "proxies on other hosts in front of the same replicas (their --meter-url). "
+            "Implies the meter process even with --workers 1.",
+        ),
+    ] = None,
+    meter_url: Annotated[
+        str | None,
+        typer.Option(
+            help="Meter through the meter service of another proxy (its --meter-listen "
+            "address) instead of running meters here: every proxy in front of a replica must "
+            "share one meter for its GPU time to be split exactly.",
+        ),
+    ] = None,
     log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "info",
 ) -> None:
     """Serve an OpenAI-compatible API that forwards to vLLM and meters every request.
@@ -151,10 +177,15 @@ def proxy(
     the key's, except through a key made with --gateway. Keys are checked in memory and
     reloaded from the database within half a second of a change.
     """
-    import uvicorn
+    from pydantic import ValidationError
+    from rich.console import Console
 
     from app.cli._support import open_engine, user_errors
     from app.settings import get_settings
+    from serving.engine.config import engine_config_path, load_engine_config
+    from serving.proxy.config import ProxyConfig, ReplicaSpec
+
+    err = Console(stderr=True)
 
     settings = get_settings()
     engines_dir = engines_dir or settings.engines_dir
@@ -187,23 +218,65 @@ def proxy(
             idle_window_s=idle_window,
             speculate_up_to=speculate_up_to,
             allow_anonymous=allow_anonymous,
+            meter_url=meter_url,
         )
+        if meter_url is None and (workers > 1 or meter_listen):
+            ProxyConfig.model_validate(config.model_dump() | {"meter_url": "unix:/check"})
     except ValidationError as exc:
         raise typer.BadParameter(str(exc.errors()[0]["msg"])) from None
+    if meter_url is not None and meter_listen:
+        raise typer.BadParameter("--meter-url and --meter-listen: a proxy either runs the meters "
+                                 "or uses another's")  # fmt: skip
     for spec in replicas:
-        _err.print(
+        err.print(
             f"replica {spec.replica_name} ({spec.deployment}, {spec.spec_method}"
             f"{f' k={spec.spec_k}' if spec.spec_k else ''}, {spec.gpus} GPU) "
             f"at {spec.base_url}"
         )
     logging.basicConfig(level=log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
-    uvicorn.run(
-        create_proxy_app(config),
-        host=host,
-        port=port,
-        log_level=log_level,
-        timeout_graceful_shutdown=30,
-    )
+    _serve(config.model_dump_json(), workers=workers, host=host, port=port,
+           listen=meter_listen or [], own_meters=meter_url is None, log_level=log_level)  # fmt: skip
+
+
+def _serve(
+    config_json: str,
+    *,
+    workers: int,
+    host: str,
+    port: int,
+    listen: list[str],
+    own_meters: bool,
+    log_level: str,
+) -> None:
+    """One process (its own meters, or another's), or a meter process and its workers."""
+    from serving.proxy import workers as fleet
+
+    if own_meters and (workers > 1 or listen):
+        fleet.run_fleet(config_json, workers=workers, host=host, port=port, listen=listen,
+                        log_level=log_level)  # fmt: skip
+    elif workers > 1:  # metered elsewhere: the workers need no process of ours in between
+        processes = fleet.spawn_workers(config_json, workers=workers, host=host, port=port,
+                                        log_level=log_level)  # fmt: skip
+        try:
+            for process in processes:
+                process.wait()
+        except KeyboardInterrupt:
+            fleet.stop_workers(processes)
+    else:
+        import uvicorn
+
+        from serving.proxy.app import create_proxy_app
+        from serving.proxy.config import ProxyConfig
+
+        uvicorn.run(
+            create_proxy_app(ProxyConfig.model_validate_json(config_json)),
+            host=host,
+            port=port,
+            log_level=log_level,
+            timeout_graceful_shutdown=30,
+            loop=fleet.event_loop(),
+            http="httptools",
+        )
 
 
 def register(app: typer.Typer) -> None:

@@ -33,6 +33,7 @@ import httpx
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from sqlalchemy import Engine
 from starlette.types import Receive, Scope, Send
 
 from app.db import make_engine
@@ -45,6 +46,7 @@ from serving.proxy.budget_guard import BudgetGuard
 from serving.proxy.config import ProxyConfig, ReplicaSpec
 from serving.proxy.iteration_meter import IterationSpecMeter
 from serving.proxy.keyring import KeyRing
+from serving.proxy.meter_service import MeterClient
 from serving.proxy.metrics import ProxyMetrics
 from serving.proxy.relay import (
     attribution_of,
@@ -85,22 +87,13 @@ def create_proxy_app(
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         engine = make_engine(config.database_url) if config.database_url else None
-        store = (
-            DatasetStore.at(config.store_uri, s3_endpoint_url=config.s3_endpoint_url)
-            if config.store_uri
-            else None
-        )
-        sink = UsageSink(
-            engine=engine,
-            jsonl_path=config.jsonl_path,
-            store=store,
-            spill_path=config.spill_path,
-            spool_dir=config.spool_dir,
-            batch_size=config.sink_batch_size,
-            flush_interval_s=config.sink_flush_interval_s,
-        )
-        metrics.watch_sink(sink)
-        sink.start()
+        # With a meter service (--workers, --meter-url) it meters and writes the records;
+        # this process relays and sends it the events.
+        link = MeterClient(config.meter_url) if config.meter_url else None
+        sink = None if link is not None else open_sink(config, engine)
+        if sink is not None:
+            metrics.watch_sink(sink)
+            sink.start()
         timeout = httpx.Timeout(config.read_timeout_s, connect=config.connect_timeout_s)
         limits = httpx.Limits(
             max_connections=config.max_connections, max_keepalive_connections=config.max_connections
@@ -113,8 +106,7 @@ def create_proxy_app(
                 await anyio.to_thread.run_sync(budgets.refresh)
             except Exception:  # the refreshers keep trying; until then keys are refused
                 log.exception("loading proxy keys or budgets failed")
-        clock = Clock()
-        start_ns = clock.now_us_ns()
+        clock = await link.connect() if link is not None else Clock()
         async with httpx.AsyncClient(timeout=timeout, limits=limits, transport=transport) as client:
             # Completions go through our own HTTP/1.1 client; a test's fake transport
             # serves them through httpx instead.
@@ -127,18 +119,14 @@ def create_proxy_app(
                 )
             )
             state = ProxyState(config=config, client=client, metrics=metrics, sink=sink,
-                           clock=clock, upstream=upstream, replicas=[
-                               ReplicaState(spec=spec, meter=ReplicaMeter(gpus=spec.gpus,
-                                                                      start_ns=start_ns),
-                                            iterations=_iteration_meter(config, spec, start_ns))
-                               for spec in config.replicas], keyring=keyring,
-                           budgets=budgets)  # fmt: skip
+                               clock=clock, upstream=upstream, meter_link=link,
+                               replicas=replica_states(config, clock), keyring=keyring,
+                               budgets=budgets)  # fmt: skip
             app.state.proxy = state
-            tasks = [
-                asyncio.create_task(_tick_forever(state)),
-                asyncio.create_task(_check_counters_forever(state)),
-            ]
-            if any(replica.iterations is not None for replica in state.replicas):
+            tasks = [asyncio.create_task(_tick_forever(state))]
+            if link is None:
+                tasks.append(asyncio.create_task(_check_counters_forever(state)))
+            if link is None and any(replica.iterations is not None for replica in state.replicas):
                 tasks.append(asyncio.create_task(_drain_iterations_forever(state)))
             if keyring is not None:
                 tasks.append(
@@ -160,9 +148,17 @@ def create_proxy_app(
                     with contextlib.suppress(asyncio.CancelledError):
                         await task
                 await upstream.aclose()
-                for replica in state.replicas:
-                    state.close_window(replica, reopen=False)
-                await anyio.to_thread.run_sync(sink.close)
+                if link is not None:
+                    for replica in state.replicas:  # still open at shutdown: end them
+                        for request in list(replica.live.values()):
+                            if request is not None:
+                                state.close_request(request)
+                    await link.aclose()
+                else:
+                    for replica in state.replicas:
+                        state.close_window(replica, reopen=False)
+                if sink is not None:
+                    await anyio.to_thread.run_sync(sink.close)
                 if engine is not None:
                     engine.dispose()
 
@@ -200,6 +196,37 @@ def create_proxy_app(
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     return app
+
+
+def open_sink(config: ProxyConfig, engine: Engine | None) -> UsageSink:
+    """The usage sink the config asks for (not started)."""
+    store = (
+        DatasetStore.at(config.store_uri, s3_endpoint_url=config.s3_endpoint_url)
+        if config.store_uri
+        else None
+    )
+    return UsageSink(
+        engine=engine,
+        jsonl_path=config.jsonl_path,
+        store=store,
+        spill_path=config.spill_path,
+        spool_dir=config.spool_dir,
+        batch_size=config.sink_batch_size,
+        flush_interval_s=config.sink_flush_interval_s,
+    )
+
+
+def replica_states(config: ProxyConfig, clock: Clock) -> list[ReplicaState]:
+    """The replicas, each with a meter whose window opens now."""
+    start_ns = clock.now_us_ns()
+    return [
+        ReplicaState(
+            spec=spec,
+            meter=ReplicaMeter(gpus=spec.gpus, start_ns=start_ns),
+            iterations=_iteration_meter(config, spec, start_ns),
+        )
+        for spec in config.replicas
+    ]
 
 
 _COMPLETIONS = {
@@ -391,11 +418,10 @@ async def _healthz(state: ProxyState) -> JSONResponse:
         for r, ok in zip(state.replicas, results, strict=True)
     ]
     status = "ok" if all(results) else "degraded" if any(results) else "down"
-    sink = state.sink.stats
-    body = {
-        "status": status,
-        "replicas": replicas,
-        "usage_sink": {
+    body: dict[str, Any] = {"status": status, "replicas": replicas}
+    if state.sink is not None:
+        sink = state.sink.stats
+        body["usage_sink"] = {
             "submitted": sink.submitted,
             "processed": sink.processed,
             "db_failures": sink.db_failures,
@@ -403,6 +429,7 @@ async def _healthz(state: ProxyState) -> JSONResponse:
             "spooled": state.sink.backlog.depth,
             "oldest_spooled_age_s": round(state.sink.backlog.oldest_age_s(), 3),
             "replayed": sink.replayed,
-        },
-    }
+        }
+    else:  # the meter service writes the records
+        body["meter_service"] = state.config.meter_url
     return JSONResponse(body, status_code=200 if any(results) else 503)

@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
 
 from app.domain.speculation_methods import EngineKind
 from serving.engine.config import EngineConfig
-from serving.engines import adapter_for
+from serving.engines import SpecSource, adapter_for
 
 __all__ = ["ProxyConfig", "ReplicaSpec"]
 
@@ -120,6 +120,15 @@ class ProxyConfig(BaseModel):
     routing, for engines whose k=0 path still costs (a drafter kept at k=0 is not free).
     None: every request goes to the replica with the fewest in flight."""
 
+    meter_url: str | None = None
+    """A meter service (``unix:/path`` or ``tcp://host:port``,
+    :mod:`serving.proxy.meter_service`) that meters this proxy's requests and writes their
+    records, shared with other proxy processes in front of the same replicas; None: this
+    proxy runs its own meters and sink."""
+    meter_lateness_s: float = Field(0.25, gt=0)
+    """How long a meter service holds events before metering them in time order (longer
+    than a client's flush interval plus the network's delay)."""
+
     @property
     def meter_batch_ns(self) -> int:
         return int(self.meter_batch_s * 1e9)
@@ -130,6 +139,17 @@ class ProxyConfig(BaseModel):
             raise ValueError(
                 "the proxy checks proxy keys against the database: give it a database, or "
                 "allow anonymous requests (--allow-anonymous)"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _shared_meters_take_token_counts(self) -> ProxyConfig:
+        if self.meter_url is not None and any(
+            adapter_for(r.engine).spec_source is SpecSource.iteration_stats for r in self.replicas
+        ):
+            raise ValueError(
+                "a shared meter service (several workers or hosts) does not yet drain "
+                "TensorRT-LLM's iteration stats: run one proxy process for those replicas"
             )
         return self
 

@@ -12,6 +12,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
+from typing import Protocol
 
 import httpx
 
@@ -29,7 +30,7 @@ from serving.proxy.upstream import Upstream
 from serving.proxy.vllm_metrics import EngineCounterCheck
 from serving.proxy.wire import Endpoint, SpecDecodeStats, TokenUsage
 
-__all__ = ["Clock", "InFlight", "ProxyState", "ReplicaState"]
+__all__ = ["Clock", "InFlight", "MeterLink", "ProxyState", "ReplicaState"]
 
 DOWN_FOR_NS = 2_000_000_000
 """After a connection failure a replica gets no new request for this long (if another is up)."""
@@ -51,6 +52,17 @@ class Clock:
     def now_us_ns(self) -> int:
         """Now, rounded up to a microsecond: window bounds are exact in the database."""
         return -(-self.now_ns() // 1000) * 1000
+
+
+class MeterLink(Protocol):
+    """The meters of another process (:class:`serving.proxy.meter_service.MeterClient`):
+    a request's start, its tokens as they stream, its end with its record."""
+
+    def begin(self, replica: str, event_id: str, *, at_ns: int) -> None: ...
+
+    def chunk(self, event_id: str, *, at_ns: int, tokens: int) -> None: ...
+
+    def finish(self, event: UsageEvent, *, at_ns: int, tokens: int) -> None: ...
 
 
 @dataclass(slots=True)
@@ -81,8 +93,15 @@ class ReplicaState:
     meter: ReplicaMeter
     in_flight: int = 0
     down_until_ns: int = -1
-    live: dict[str, InFlight] = field(default_factory=dict)
-    """Requests started on the meter and not finished."""
+    live: dict[str, InFlight | None] = field(default_factory=dict)
+    """Requests started on the meter and not finished (None: relayed by another process,
+    whose events this one meters: :mod:`serving.proxy.meter_service`)."""
+    concurrency: dict[str, int] = field(default_factory=dict)
+    """Requests in flight on the meter when each of the live ones started (events from
+    other processes)."""
+    orphan_gpu_ns: int = 0
+    """GPU time of requests whose relaying process went away before their record reached
+    the meter: booked with the window's idle time, so the window stays conserved."""
     pending: dict[str, UsageEvent] = field(default_factory=dict)
     """Finished requests waiting for the meter to settle their GPU time."""
     finished: int = 0
@@ -110,9 +129,16 @@ class ProxyState:
     config: ProxyConfig
     client: httpx.AsyncClient
     replicas: list[ReplicaState]
-    sink: UsageSink
+    sink: UsageSink | None
+    """None in a proxy whose meters run elsewhere (``meter_link``): they write the records."""
     metrics: ProxyMetrics
     clock: Clock
+    meter_link: MeterLink | None = None
+    """Where the events go when the meters run in another process (``--workers``,
+    ``--meter-url``); None: the meters are this process's own."""
+    lag_ns: int = 0
+    """How far behind now the meters are cut on ticks: a meter service's lateness bound,
+    for events still on their way (see :mod:`serving.proxy.meter_service`)."""
     upstream: Upstream | None = None
     """The leg to the replicas for completions (None only before the app starts)."""
     keyring: KeyRing | None = None
@@ -157,10 +183,15 @@ class ProxyState:
     ) -> InFlight:
         """Start metering a request sent to ``replica`` (it arrived at ``arrived_ns``)."""
         event_id = uuid.uuid4().hex
-        replica.meter.start(event_id, at_ns=arrived_ns)
-        if replica.iterations is not None:
-            replica.iterations.begin(event_id, at_ns=arrived_ns)
         replica.in_flight += 1
+        if self.meter_link is not None:
+            self.meter_link.begin(replica.spec.replica_name, event_id, at_ns=arrived_ns)
+            concurrency = replica.in_flight  # the meter puts the replica's own in the record
+        else:
+            replica.meter.start(event_id, at_ns=arrived_ns)
+            if replica.iterations is not None:
+                replica.iterations.begin(event_id, at_ns=arrived_ns)
+            concurrency = replica.meter.in_flight
         request = InFlight(
             event_id=event_id,
             replica=replica,
@@ -169,7 +200,7 @@ class ProxyState:
             model=model[:MODEL_MAX],
             streamed=streamed,
             arrived_ns=arrived_ns,
-            concurrency=replica.meter.in_flight,
+            concurrency=concurrency,
             reported_ns=arrived_ns,
         )
         replica.live[event_id] = request
@@ -225,7 +256,23 @@ class ProxyState:
             http_status=http_status,
             error=error,
         )
-        del replica.live[request.event_id]
+        self._report(request)
+        if self.meter_link is not None:
+            del replica.live[request.event_id]
+            replica.in_flight -= 1
+            replica.finished += 1
+            self.metrics.in_flight(replica.spec, replica.in_flight)
+            self.metrics.finished(event, duration_s=(finished_ns - request.arrived_ns) / 1e9)
+            self.meter_link.finish(event, at_ns=finished_ns, tokens=meter_tokens)
+            return
+        self._close(replica, event, finished_ns, meter_tokens)
+        self.metrics.finished(event, duration_s=(finished_ns - request.arrived_ns) / 1e9)
+
+    def _close(
+        self, replica: ReplicaState, event: UsageEvent, finished_ns: int, meter_tokens: int
+    ) -> None:
+        """A finished request leaves its meter; its record waits for settlement."""
+        del replica.live[event.event_id]
         replica.in_flight -= 1
         replica.finished += 1
         replica.counters.record(
@@ -234,12 +281,49 @@ class ProxyState:
             accepted_tokens=event.accepted_tokens,
         )
         self.metrics.in_flight(replica.spec, replica.in_flight)
-        self.metrics.finished(event, duration_s=(finished_ns - request.arrived_ns) / 1e9)
         replica.pending[event.event_id] = event
         if replica.iterations is not None:
-            replica.iterations.end(request.event_id, at_ns=finished_ns)
-        self._report(request)
-        replica.meter.finish(request.event_id, at_ns=finished_ns, tokens=meter_tokens)
+            replica.iterations.end(event.event_id, at_ns=finished_ns)
+        replica.meter.finish(event.event_id, at_ns=finished_ns, tokens=meter_tokens)
+        self.settle(replica)
+
+    # -- events of requests relayed by other processes (serving.proxy.meter_service) --------
+
+    def apply_begin(self, replica: ReplicaState, event_id: str, *, at_ns: int) -> None:
+        """A request another process sent to ``replica`` at ``at_ns``."""
+        replica.meter.start(event_id, at_ns=at_ns)
+        replica.live[event_id] = None
+        replica.concurrency[event_id] = replica.meter.in_flight
+        replica.in_flight += 1
+        self.metrics.in_flight(replica.spec, replica.in_flight)
+
+    def apply_chunk(self, replica: ReplicaState, event_id: str, *, at_ns: int, tokens: int) -> None:
+        """Tokens of a request relayed by another process."""
+        if event_id in replica.live:
+            replica.meter.chunk(event_id, at_ns=at_ns, tokens=tokens)
+
+    def apply_finish(
+        self, replica: ReplicaState, event: UsageEvent, *, at_ns: int, tokens: int
+    ) -> None:
+        """The end of a request relayed by another process, with its record."""
+        if event.event_id not in replica.live:
+            return
+        concurrency = replica.concurrency.pop(event.event_id, event.concurrency)
+        event = replace(event, concurrency=concurrency)
+        self._close(replica, event, at_ns, tokens)
+        self.metrics.finished(
+            event, duration_s=(event.finished_at - event.arrived_at).total_seconds()
+        )
+
+    def abandon(self, replica: ReplicaState, event_id: str, *, at_ns: int) -> None:
+        """A request whose relaying process went away: it ends now, with no record (its
+        GPU time goes with the window's idle time)."""
+        if event_id not in replica.live:
+            return
+        del replica.live[event_id]
+        replica.concurrency.pop(event_id, None)
+        replica.in_flight -= 1
+        replica.meter.finish(event_id, at_ns=at_ns)
         self.settle(replica)
 
     def chunk(self, request: InFlight, *, tokens: int, at_ns: int) -> None:
@@ -262,9 +346,14 @@ class ProxyState:
     def _report(self, request: InFlight) -> None:
         """Hand the request's held chunks to its meter."""
         if request.held_tokens:
-            request.replica.meter.chunk(
-                request.event_id, at_ns=request.held_at_ns, tokens=request.held_tokens
-            )
+            if self.meter_link is not None:
+                self.meter_link.chunk(
+                    request.event_id, at_ns=request.held_at_ns, tokens=request.held_tokens
+                )
+            else:
+                request.replica.meter.chunk(
+                    request.event_id, at_ns=request.held_at_ns, tokens=request.held_tokens
+                )
             request.reported_ns = request.held_at_ns
             request.held_tokens = 0
 
@@ -274,7 +363,11 @@ class ProxyState:
             self._emit(replica, event_id, gpu_ns)
 
     def _emit(self, replica: ReplicaState, event_id: str, gpu_ns: int) -> None:
-        event = replace(replica.pending.pop(event_id), gpu_ns=gpu_ns)
+        pending = replica.pending.pop(event_id, None)
+        if pending is None:  # abandoned by its process (see abandon)
+            replica.orphan_gpu_ns += gpu_ns
+            return
+        event = replace(pending, gpu_ns=gpu_ns)
         self.metrics.gpu_ns(replica.spec, "request", gpu_ns)
         if replica.iterations is not None and not replica.iterations.covers(event_id):
             replica.awaiting_stats[event_id] = (event, self.clock.now_ns())
@@ -290,6 +383,7 @@ class ProxyState:
                 draft_tokens=share.draft_tokens,
                 accepted_tokens=share.accepted_tokens,
             )
+        assert self.sink is not None
         self.sink.submit(event)
 
     def release_awaiting(self, replica: ReplicaState, *, force: bool = False) -> None:
@@ -308,8 +402,11 @@ class ProxyState:
         """Cut every meter at now; close the windows of replicas idle for long enough."""
         for replica in self.replicas:
             for request in replica.live.values():
-                self._report(request)
-            now_ns = self.clock.now_ns()
+                if request is not None:
+                    self._report(request)
+            if self.meter_link is not None:
+                continue
+            now_ns = self.clock.now_ns() - self.lag_ns
             replica.meter.tick(at_ns=now_ns)
             self.settle(replica)
             self.release_awaiting(replica)
@@ -317,32 +414,43 @@ class ProxyState:
             if not replica.live and not replica.pending and window_s >= self.config.idle_window_s:
                 self.close_window(replica, reopen=True)
 
+    def close_request(self, request: InFlight) -> None:
+        """Record a request still in flight when the proxy shuts down."""
+        self.finish(
+            request,
+            status=UsageStatus.error,
+            usage=TokenUsage(),
+            spec=None,
+            meter_tokens=0,
+            http_status=None,
+            error="the proxy shut down while the request was in flight",
+        )
+
     def close_window(self, replica: ReplicaState, *, reopen: bool) -> None:
         """Close the replica's meter: records of anything still open, and its idle time."""
         for request in list(replica.live.values()):  # only at shutdown
-            self.finish(
-                request,
-                status=UsageStatus.error,
-                usage=TokenUsage(),
-                spec=None,
-                meter_tokens=0,
-                http_status=None,
-                error="the proxy shut down while the request was in flight",
-            )
-        end_ns = max(self.clock.now_us_ns(), replica.window_start_ns)
+            if request is not None:  # (relayed elsewhere: closing the meter finishes it)
+                self.close_request(request)
+        now_ns = self.clock.now_ns() - self.lag_ns
+        end_ns = max(-(-now_ns // 1000) * 1000, replica.window_start_ns)  # whole microseconds
         report = replica.meter.close(at_ns=end_ns)
         for event_id, gpu_ns in report.request_gpu_ns.items():
             self._emit(replica, event_id, gpu_ns)
         if not reopen:
             self.release_awaiting(replica, force=True)
+        idle_gpu_ns = report.idle_gpu_ns + replica.orphan_gpu_ns
+        replica.orphan_gpu_ns = 0
+        replica.live.clear()
+        replica.concurrency.clear()
         idle = ReplicaIdleEvent(
             deployment=replica.spec.deployment,
             replica=replica.spec.replica_name,
             start_at=self.clock.at(report.start_ns),
             end_at=self.clock.at(report.end_ns),
-            gpu_ns=report.idle_gpu_ns,
+            gpu_ns=idle_gpu_ns,
         )
-        self.metrics.gpu_ns(replica.spec, "idle", report.idle_gpu_ns)
+        self.metrics.gpu_ns(replica.spec, "idle", idle_gpu_ns)
+        assert self.sink is not None
         self.sink.submit(idle)
         if reopen:
             replica.meter = ReplicaMeter(gpus=replica.spec.gpus, start_ns=report.end_ns)

@@ -43,8 +43,6 @@ def test_parse_replica_errors(text, message):
 
 
 def test_replica_from_a_saved_engine_config(tmp_path: Path, monkeypatch):
-    from app.cli import proxy as proxy_cli
-
     config = EngineConfig(
         name="smol",
         model="/models/SmolLM2-135M-Instruct",
@@ -54,7 +52,8 @@ def test_replica_from_a_saved_engine_config(tmp_path: Path, monkeypatch):
     save_engine_config(config, tmp_path / "smol.json")
     served = {}
     monkeypatch.setattr("uvicorn.run", lambda app, **kw: served.update(kw))
-    monkeypatch.setattr(proxy_cli, "create_proxy_app", lambda cfg: served.update(config=cfg))
+    # the command imports the app only when it runs
+    monkeypatch.setattr("serving.proxy.app.create_proxy_app", lambda cfg: served.update(config=cfg))
     result = runner.invoke(
         _cli(),
         [
