@@ -40,6 +40,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections import deque
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass, field
@@ -94,7 +95,7 @@ class _StreamClient(asyncio.Protocol):
         self.buffer = b""
         self.need = -1  # bytes of chunk data (with its CRLF) still to come; -1: a size line
         self.newline = False  # the payload so far ends with "\n"
-        self.tail = b""  # the last bytes of the payload, to check the stream's ending
+        self.tail: deque[bytes] = deque(maxlen=8)  # the last chunks, to check the ending
         self.error_body = b""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -137,7 +138,7 @@ class _StreamClient(asyncio.Protocol):
             ends = payload.count(b"\n\n") + (self.newline and payload[:1] == b"\n")
             self.newline = payload[-1:] == b"\n"
             self.times.extend(itertools.repeat(now, ends))
-            self.tail = (self.tail + payload)[-2048:]
+            self.tail.append(payload)
         self.buffer = buffer[pos:]
 
     def _parse_head(self, head: bytes) -> None:
@@ -206,12 +207,12 @@ async def _run_level(port: int, streams: int, tokens: int, key: str | None) -> L
                 await loop.create_connection(lambda: protocol, "127.0.0.1", port)
             await done
         except (OSError, ConnectionError) as exc:
-            return StreamResult(0, "", protocol.times, protocol.tail, repr(exc))
+            return StreamResult(0, "", protocol.times, b"".join(protocol.tail), repr(exc))
         error = None
         if protocol.status != 200:
             error = f"HTTP {protocol.status}: {protocol.error_body[:200]!r}"
         return StreamResult(
-            protocol.status, protocol.event_id, protocol.times, protocol.tail, error
+            protocol.status, protocol.event_id, protocol.times, b"".join(protocol.tail), error
         )
 
     cpu_before = time.process_time()
