@@ -11,9 +11,10 @@ vLLM's usage on every chunk (``stream_options`` ``include_usage`` and
 (:mod:`bench.stub_upstream`). At each level all streams start together; the load client
 (raw asyncio protocols, HTTP/1.1, one connection per stream) records when each SSE event
 arrives. Per arm and level it prints events/s (every data event received, over the level's
-wall time), p50/p99 of the gap between a stream's consecutive token events, and the CPU time
-(user + system, the process and its children) per relayed event of the relay or proxy, and
-of the client itself. The proxy runs as ``specledger proxy`` (uvicorn) with SQLite and a
+wall time), p50/p99 of the gap between a stream's consecutive token events, p50/p99 of the
+time to a stream's first event and p99 of its duration (queueing that the gaps hide), and
+the CPU time (user + system, the process and its children) per relayed event of the relay
+or proxy, of the client and of the stub. The proxy runs as ``specledger proxy`` (uvicorn) with SQLite and a
 proxy key checked on every request, the stub as its vLLM replica; once stopped (SIGINT, so
 it writes everything out) its database must hold every request exactly once, under the
 event id the client was told, and GPU time must be conserved: requests + idle = GPUs x
@@ -164,6 +165,8 @@ class _StreamClient(asyncio.Protocol):
 class StreamResult:
     status: int
     event_id: str
+    started: float
+    """When the client began opening the stream's connection (perf_counter)."""
     times: list[float]
     tail: bytes
     error: str | None = None
@@ -200,6 +203,7 @@ async def _run_level(port: int, streams: int, tokens: int, key: str | None) -> L
     gate = asyncio.Semaphore(CONNECTS_AT_ONCE)
 
     async def one() -> StreamResult:
+        started = time.perf_counter()
         done: asyncio.Future[None] = loop.create_future()
         protocol = _StreamClient(request, done)
         try:
@@ -207,12 +211,18 @@ async def _run_level(port: int, streams: int, tokens: int, key: str | None) -> L
                 await loop.create_connection(lambda: protocol, "127.0.0.1", port)
             await done
         except (OSError, ConnectionError) as exc:
-            return StreamResult(0, "", protocol.times, b"".join(protocol.tail), repr(exc))
+            tail = b"".join(protocol.tail)
+            return StreamResult(0, "", started, protocol.times, tail, repr(exc))
         error = None
         if protocol.status != 200:
             error = f"HTTP {protocol.status}: {protocol.error_body[:200]!r}"
         return StreamResult(
-            protocol.status, protocol.event_id, protocol.times, b"".join(protocol.tail), error
+            protocol.status,
+            protocol.event_id,
+            started,
+            protocol.times,
+            b"".join(protocol.tail),
+            error,
         )
 
     cpu_before = time.process_time()
@@ -292,6 +302,12 @@ class LevelResult:
     events_per_s: float
     gap_p50_ms: float
     gap_p99_ms: float
+    first_event_p50_ms: float
+    first_event_p99_ms: float
+    """From opening the connection to the first event (the role chunk): queueing shows here
+    when the gaps do not."""
+    duration_p99_s: float
+    """From opening the connection to [DONE]."""
     client_cpu_us_per_event: float
     server_cpu_us_per_event: float | None
     """The relay's or proxy's (all its processes) CPU per event received; None direct."""
@@ -306,6 +322,8 @@ def summarise(
     problems = [p for s in run.streams if (p := stream_problem(s, tokens)) is not None]
     gaps = [np.diff(np.asarray(s.times[1 : tokens + 1])) for s in run.streams if len(s.times) > 2]
     all_gaps = np.concatenate(gaps) * 1000 if gaps else np.zeros(1)
+    firsts = np.asarray([s.times[0] - s.started for s in run.streams if s.times] or [0.0])
+    durations = np.asarray([s.times[-1] - s.started for s in run.streams if s.times] or [0.0])
     return LevelResult(
         streams=streams,
         events=events,
@@ -316,6 +334,9 @@ def summarise(
         events_per_s=events / run.wall_s,
         gap_p50_ms=float(np.percentile(all_gaps, 50)),
         gap_p99_ms=float(np.percentile(all_gaps, 99)),
+        first_event_p50_ms=float(np.percentile(firsts, 50)) * 1000,
+        first_event_p99_ms=float(np.percentile(firsts, 99)) * 1000,
+        duration_p99_s=float(np.percentile(durations, 99)),
         client_cpu_us_per_event=1e6 * run.client_cpu_s / max(events, 1),
         server_cpu_us_per_event=None
         if server_cpu_s is None
@@ -661,7 +682,7 @@ def print_table(result: Result) -> None:
     )
     print(
         f"{'streams':>7}  {'arm':<9} {'events/s':>9} {'x direct':>8} {'gap p50':>7} "
-        f"{'gap p99':>7} {'CPU us/ev':>9} {'x relay':>7} {'client us/ev':>12} {'stub us/ev':>10} {'events':>13}"
+        f"{'gap p99':>7} {'1st p50':>7} {'1st p99':>7} {'dur p99':>7} {'CPU us/ev':>9} {'x relay':>7} {'client us/ev':>12} {'stub us/ev':>10} {'events':>13}"
     )
     for streams, arms in result.levels.items():
         direct, relay = arms["direct"], arms["relay"]
@@ -678,7 +699,8 @@ def print_table(result: Result) -> None:
             received = f"{row.events}/{row.expected_events}"
             print(
                 f"{streams:>7}  {arm:<9} {row.events_per_s:>9.0f} {_fmt(vs_direct, '.2f'):>8} "
-                f"{row.gap_p50_ms:>7.1f} {row.gap_p99_ms:>7.1f} "
+                f"{row.gap_p50_ms:>7.1f} {row.gap_p99_ms:>7.1f} {row.first_event_p50_ms:>7.1f} "
+                f"{row.first_event_p99_ms:>7.1f} {row.duration_p99_s:>7.2f} "
                 f"{_fmt(row.server_cpu_us_per_event, '.1f'):>9} {_fmt(vs_relay, '.2f'):>7} "
                 f"{row.client_cpu_us_per_event:>12.1f} {row.stub_cpu_us_per_event:>10.1f} "
                 f"{received:>13}"
@@ -696,6 +718,11 @@ def print_table(result: Result) -> None:
             f"({ledger.idle_windows} windows{'' if ledger.windows_tile else ', NOT tiling'}) "
             f"{'==' if ledger.conserved else '!='} wall {ledger.wall_ns}"
         )
+    print(
+        "gap: between a stream's consecutive token events; 1st / dur: from opening the "
+        "connection to the first event / to [DONE]; CPU us/ev: user+sys of the relay's or "
+        "proxy's processes per event received (client, stub: their own)"
+    )
     print("targets (issue 28):")
     for t in result.targets:
         value = t["value"]

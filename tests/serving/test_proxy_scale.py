@@ -103,7 +103,7 @@ def test_the_client_counts_each_event_once_however_the_bytes_are_split(
         assert done.done()
     finally:
         loop.close()
-    result = StreamResult(client.status, client.event_id, client.times, b"".join(client.tail))
+    result = StreamResult(client.status, client.event_id, 0.0, client.times, b"".join(client.tail))
     assert (client.status, client.event_id) == (200, "ev1")
     assert stream_problem(result, tokens) is None
 
