@@ -518,7 +518,11 @@ def read_ledger(run: ProxyRun, *, tokens_sent: int, gpus: int = 1) -> Ledger:
     tile = bool(windows) and all(
         before.end_at == after.start_at for before, after in itertools.pairwise(windows)
     )
-    wall_ns = sum((w.end_at - w.start_at) // ONE_US for w in windows) * 1000
+    # the metered span, first start to last end: windows that overlap (two meters of one
+    # replica) or leave gaps cannot balance it
+    wall_ns = (
+        (max(w.end_at for w in windows) - windows[0].start_at) // ONE_US * 1000 if windows else 0
+    )
     idle = sum(int(w.gpu_ns) for w in windows)
     matching = sum(1 for event_id in ids if event_id in sent)
     return Ledger(
