@@ -559,8 +559,16 @@ class Result:
 
 
 def measure(
-    *, levels: list[int], tokens: int, interval_ms: float, warmup: int, workdir: Path
+    *,
+    levels: list[int],
+    tokens: int,
+    interval_ms: float,
+    warmup: int,
+    workdir: Path,
+    proxy_arms: tuple[str, ...] = ARMS[2:],
 ) -> Result:
+    """Run every level on every arm (the proxy arms among ``proxy_arms``), stop the
+    proxies, and read their ledgers."""
     nofile = raise_open_files()
     config = {
         "streams": levels,
@@ -580,15 +588,18 @@ def measure(
         relay_pid, relay_port = stack.enter_context(
             listening(["bench.bare_relay", "--upstream", f"127.0.0.1:{stub_port}"], "relay")
         )
-        proxies: dict[str, ProxyRun] = {
-            "proxy": stack.enter_context(proxy(stub_port, workdir / "proxy-1w", workers=1))
-        }
-        if proxy_has_workers_option():
-            proxies["proxy-2w"] = stack.enter_context(
-                proxy(stub_port, workdir / "proxy-2w", workers=2)
+        proxies: dict[str, ProxyRun] = {}
+        if "proxy" in proxy_arms:
+            proxies["proxy"] = stack.enter_context(
+                proxy(stub_port, workdir / "proxy-1w", workers=1)
             )
-        else:
-            unavailable["proxy-2w"] = "not available: `specledger proxy` has no --workers"
+        if "proxy-2w" in proxy_arms:
+            if proxy_has_workers_option():
+                proxies["proxy-2w"] = stack.enter_context(
+                    proxy(stub_port, workdir / "proxy-2w", workers=2)
+                )
+            else:
+                unavailable["proxy-2w"] = "not available: `specledger proxy` has no --workers"
         config["stub_pid"] = stub_pid
 
         def level(arm: str, streams: int) -> LevelResult:
@@ -611,7 +622,7 @@ def measure(
                 got, streams=streams, tokens=tokens, server_cpu_s=server_cpu, stub_cpu_s=stub_cpu
             )
 
-        arms = [arm for arm in ARMS if arm not in unavailable]
+        arms = ["direct", "relay", *proxies]
         for arm in arms:
             level(arm, warmup)
         results: dict[int, dict[str, LevelResult | None]] = {}
@@ -761,9 +772,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--quick", action="store_true", help="20 streams of 16 tokens (for the test)."
     )
+    parser.add_argument(
+        "--proxy-arms",
+        default=",".join(ARMS[2:]),
+        help="Which proxy arms to run (proxy: one worker, proxy-2w: --workers 2); direct and "
+        "the bare relay always run, as the references.",
+    )
     parser.add_argument("--json", action="store_true", help="Print the result as JSON.")
     args = parser.parse_args(argv)
     levels = [int(n) for n in args.streams.split(",") if n.strip()]
+    proxy_arms = tuple(arm.strip() for arm in args.proxy_arms.split(",") if arm.strip())
+    if unknown := set(proxy_arms) - set(ARMS[2:]):
+        parser.error(f"--proxy-arms: unknown {', '.join(sorted(unknown))} (proxy, proxy-2w)")
     tokens, warmup = args.tokens, args.warmup
     if args.quick:
         levels, tokens, warmup = [20], 16, 4
@@ -774,6 +794,7 @@ def main(argv: list[str] | None = None) -> None:
             interval_ms=args.interval_ms,
             warmup=warmup,
             workdir=Path(tmp),
+            proxy_arms=proxy_arms,
         )
     if args.json:
         print(json.dumps(to_json(result), indent=2))
