@@ -566,14 +566,17 @@ def measure(
     warmup: int,
     workdir: Path,
     proxy_arms: tuple[str, ...] = ARMS[2:],
+    rounds: int = 1,
 ) -> Result:
-    """Run every level on every arm (the proxy arms among ``proxy_arms``), stop the
-    proxies, and read their ledgers."""
+    """Run every level on every arm (the proxy arms among ``proxy_arms``), the arms in
+    turn ``rounds`` times keeping each one's round with the most events/s, then stop the
+    proxies and read their ledgers."""
     nofile = raise_open_files()
     config = {
         "streams": levels,
         "tokens": tokens,
         "interval_ms": interval_ms,
+        "rounds": rounds,
         "open_files": nofile,
         "cores": os.cpu_count(),
     }
@@ -628,9 +631,11 @@ def measure(
         results: dict[int, dict[str, LevelResult | None]] = {}
         for streams in levels:
             results[streams] = dict.fromkeys(ARMS)
-            for arm in arms:
+            for arm in itertools.chain.from_iterable(itertools.repeat(arms, rounds)):
                 row = level(arm, streams)
-                results[streams][arm] = row
+                best = results[streams][arm]
+                if best is None or row.events_per_s > best.events_per_s:
+                    results[streams][arm] = row
                 print(
                     f"  {streams:>5} streams  {arm:<9} {row.events_per_s:>9.0f} events/s  "
                     f"p99 gap {row.gap_p99_ms:6.1f} ms",
@@ -768,6 +773,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--streams", default="200,1000,3000", help="Concurrent streams per level.")
     parser.add_argument("--tokens", type=int, default=64, help="Tokens per stream.")
     parser.add_argument("--interval-ms", type=float, default=20.0, help="Between two tokens.")
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="Run each level this many times, the arms in turn; each arm's best round is kept "
+        "(a shared machine's noise only ever slows a round down).",
+    )
     parser.add_argument("--warmup", type=int, default=20, help="Streams per arm before timing.")
     parser.add_argument(
         "--quick", action="store_true", help="20 streams of 16 tokens (for the test)."
@@ -795,6 +807,7 @@ def main(argv: list[str] | None = None) -> None:
             warmup=warmup,
             workdir=Path(tmp),
             proxy_arms=proxy_arms,
+            rounds=args.rounds,
         )
     if args.json:
         print(json.dumps(to_json(result), indent=2))
