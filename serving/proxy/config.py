@@ -88,7 +88,7 @@ class ProxyConfig(BaseModel):
     max_connections: PositiveInt = 1000
     tick_interval_s: float = 1.0
     """How often the meters are cut, so records settle while requests are quiet."""
-    meter_batch_s: float = Field(0.05, ge=0)
+    meter_batch_s: float = Field(0.1, ge=0)
     """A streamed request's chunks are reported to its replica's meter at most this often
     (together, at the instant of the last; every tick reports what is held): the
     resolution of the GPU-time split, traded for the meter's cost per chunk. 0 reports
