@@ -1,0 +1,108 @@
+"""The meter service splits a replica's GPU time as one meter fed every event in time
+order would, however the events of several proxies interleave on the way (each proxy's own
+in order, as it sends them), and the split stays conserved: Σ requests + idle == GPUs x
+wall. A property test over the service's own path: events through ``MeterService.hold`` and
+``pump``, records and idle time out through a real usage sink (JSONL)."""
+
+import json
+import uuid
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from app.domain.gpu_seconds import EventKind, MeterEvent, ReplicaMeter, meter_events
+from app.domain.usage import UsageEvent
+from serving.proxy.config import ProxyConfig, ReplicaSpec
+from serving.proxy.meter_service import MeterService, _Client
+from serving.proxy.metrics import ProxyMetrics
+from serving.proxy.sink import UsageSink
+from serving.proxy.state import Clock, ProxyState, ReplicaState
+
+GPUS = 2
+MS = 1_000_000
+
+
+@st.composite
+def plans(draw: st.DrawFn) -> list[dict[str, Any]]:
+    """Requests on distinct instants (ms after the window opens): which proxy relayed each,
+    when it began, its chunks (instant, tokens), when it finished and its last tokens."""
+    count = draw(st.integers(1, 8))
+    instants = draw(
+        st.lists(st.integers(1, 400), min_size=count * 4, max_size=count * 4, unique=True)
+    )
+    requests = []
+    for i in range(count):
+        begin, *chunk_at, finish = sorted(instants[i * 4 : i * 4 + 4])
+        chunks = [(at, draw(st.integers(0, 9))) for at in chunk_at[: draw(st.integers(0, 2))]]
+        requests.append({"id": f"r{i}", "client": draw(st.integers(0, 2)), "begin": begin,
+                         "chunks": chunks, "finish": finish, "tokens": draw(st.integers(0, 5))})  # fmt: skip
+    return requests
+
+
+def _record(event_id: str, clock: Clock, begin_ms: int, finish_ms: int) -> dict[str, Any]:
+    return UsageEvent(
+        event_id=event_id, session_id="s", team="t", cost_center=None, tags={},
+        deployment="d", replica="a", model="m", endpoint="completions", streamed=True,
+        spec_method="none", spec_k=None, arrived_at=clock.at(begin_ms * MS),
+        first_token_at=None, finished_at=clock.at(finish_ms * MS),
+    ).to_json()  # fmt: skip
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(plans(), st.randoms(use_true_random=False))
+def test_interleaved_proxies_split_gpu_time_as_one_meter_in_time_order(
+    tmp_path: Path, requests: list[dict[str, Any]], rng: Any
+) -> None:
+    config = ProxyConfig(replicas=(ReplicaSpec(url="http://a:1", name="a", deployment="d",
+                                               gpus=GPUS),), allow_anonymous=True)  # fmt: skip
+    clock = Clock(anchor_ns=0, anchor_at=datetime(2026, 12, 6, tzinfo=UTC))
+    log = tmp_path / f"usage-{uuid.uuid4().hex}.jsonl"  # one per example
+    sink = UsageSink(engine=None, jsonl_path=log, flush_interval_s=0.01)
+    sink.start()
+    replica = ReplicaState(spec=config.replicas[0], meter=ReplicaMeter(gpus=GPUS, start_ns=0))
+    state = ProxyState(config=config, client=None, metrics=ProxyMetrics(), sink=sink,  # type: ignore[arg-type]
+                       clock=clock, replicas=[replica])  # fmt: skip
+    service = MeterService(state, lateness_s=1.0)
+    clients = [_Client(id=i) for i in range(3)]
+    sent: list[list[tuple[int, list[Any]]]] = [[] for _ in clients]
+    for r in requests:
+        own = sent[r["client"]]
+        own.append((r["begin"], ["b", "a", r["id"], r["begin"] * MS]))
+        own += [(at, ["c", r["id"], at * MS, tokens]) for at, tokens in r["chunks"]]
+        own.append((r["finish"], ["f", r["id"], r["finish"] * MS, r["tokens"],
+                                  _record(r["id"], clock, r["begin"], r["finish"])]))  # fmt: skip
+    queues = [[event for _, event in sorted(own, key=lambda pair: pair[0])] for own in sent]
+    while any(queues):  # batches of each proxy, in its order, the proxies interleaved
+        i = rng.choice([i for i, queue in enumerate(queues) if queue])
+        size = rng.randint(1, len(queues[i]))
+        batch, queues[i] = queues[i][:size], queues[i][size:]
+        service.hold(batch, clients[i])
+        service.pump(until_ns=rng.randint(-2000, 0) * MS)  # the lateness bound: nothing yet
+    service.pump(until_ns=2**62)
+    state.close_window(state.replicas[0], reopen=False)
+    sink.close()
+
+    written = [json.loads(line) for line in log.read_text().splitlines()]
+    shares = {row["event_id"]: row["gpu_ns"] for row in written if row["record"] == "usage"}
+    (idle,) = [row for row in written if row["record"] == "replica_idle"]
+    in_order = sorted(
+        [MeterEvent(EventKind.start, r["id"], r["begin"] * MS) for r in requests]
+        + [
+            MeterEvent(EventKind.chunk, r["id"], at * MS, t)
+            for r in requests
+            for at, t in r["chunks"]
+        ]
+        + [MeterEvent(EventKind.finish, r["id"], r["finish"] * MS, r["tokens"]) for r in requests],
+        key=lambda event: event.at_ns,
+    )
+    reference = meter_events(in_order, gpus=GPUS, start_ns=0, end_ns=1000 * MS)
+    assert shares == reference.request_gpu_ns
+    start = datetime.fromisoformat(idle["start_at"])
+    end = datetime.fromisoformat(idle["end_at"])
+    wall_ns = (end - start) // timedelta(microseconds=1) * 1000
+    assert sum(shares.values()) + idle["gpu_ns"] == GPUS * wall_ns
