@@ -136,6 +136,8 @@ class ProxyState:
     meter_link: MeterLink | None = None
     """Where the events go when the meters run in another process (``--workers``,
     ``--meter-url``); None: the meters are this process's own."""
+    batch_ns: int = field(init=False)
+    """``config.meter_batch_s`` in nanoseconds."""
     lag_ns: int = 0
     """How far behind now the meters are cut on ticks: a meter service's lateness bound,
     for events still on their way (see :mod:`serving.proxy.meter_service`)."""
@@ -145,6 +147,9 @@ class ProxyState:
     """Live proxy keys; None where the proxy checks none (anonymous use only)."""
     budgets: BudgetGuard | None = None
     """Budgets over their hard limit; None without a database."""
+
+    def __post_init__(self) -> None:
+        self.batch_ns = self.config.meter_batch_ns
 
     # -- routing and metering ----------------------------------------------------------------
 
@@ -340,7 +345,7 @@ class ProxyState:
             return
         request.held_tokens += tokens
         request.held_at_ns = at_ns
-        if at_ns - request.reported_ns >= self.config.meter_batch_ns:
+        if at_ns - request.reported_ns >= self.batch_ns:
             self._report(request)
 
     def _report(self, request: InFlight) -> None:
