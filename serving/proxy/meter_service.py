@@ -246,18 +246,7 @@ class MeterClient:
 
     async def connect(self, *, attempts: int = 100) -> Clock:
         """Connect (retrying while the service starts) and return the service's clock."""
-        for attempt in range(attempts):
-            try:
-                reader, writer = await open_meter_stream(self.url)
-                break
-            except OSError:
-                if attempt == attempts - 1:
-                    raise
-                await asyncio.sleep(0.1)
-        writer.write(json.dumps({"hello": 1, "pid": os.getpid()}).encode() + b"\n")
-        await writer.drain()
-        hello = json.loads(await reader.readline())
-        self._writer = writer
+        hello = await self._open(attempts=attempts)
         self._task = asyncio.create_task(self._flush_forever())
         anchor_at = datetime.fromisoformat(hello["anchor_at"])
         if hello["boot_id"] == boot_id():
@@ -268,6 +257,21 @@ class MeterClient:
             anchor_ns=time.monotonic_ns() - since_anchor_ns,
             anchor_at=anchor_at.astimezone(UTC) + timedelta(0),
         )
+
+    async def _open(self, *, attempts: int) -> dict[str, Any]:
+        for attempt in range(attempts):
+            try:
+                reader, writer = await open_meter_stream(self.url)
+                break
+            except OSError:
+                if attempt == attempts - 1:
+                    raise
+                await asyncio.sleep(0.1)
+        writer.write(json.dumps({"hello": 1, "pid": os.getpid()}).encode() + b"\n")
+        await writer.drain()
+        hello: dict[str, Any] = json.loads(await reader.readline())
+        self._writer = writer
+        return hello
 
     def begin(self, replica: str, event_id: str, *, at_ns: int) -> None:
         self._batch.append(["b", replica, event_id, at_ns])
@@ -291,9 +295,18 @@ class MeterClient:
             await asyncio.sleep(self.flush_interval_s)
             try:
                 await self.flush()
-            except ConnectionError:
-                log.exception("the meter service went away; usage is not being metered")
-                return
+            except (ConnectionError, OSError) as exc:
+                # The service ended this connection's open requests; what they still send
+                # is dropped there. Requests that begin from now on are metered again once
+                # it is back.
+                log.error("the meter service at %s went away (%s); reconnecting", self.url, exc)
+                self._writer = None
+                while self._writer is None:
+                    try:
+                        await self._open(attempts=1)
+                    except (OSError, ValueError):
+                        await asyncio.sleep(1.0)
+                log.warning("reconnected to the meter service at %s", self.url)
 
     async def aclose(self) -> None:
         """Send what is left and close the connection."""
