@@ -33,6 +33,40 @@ def bulk_insert(conn: Connection, table_name: str, rows: pa.Table) -> None:
         _executemany(conn, table_name, _times_as_text(rows))
 
 
+def insert_new(conn: Connection, table_name: str, rows: pa.Table, key: str) -> int:
+    """Insert the rows of ``rows`` whose ``key`` is not stored yet, in order: of rows sharing
+    a key the first is kept. ``key`` must have a unique constraint. Returns the rows inserted.
+
+    PostgreSQL: binary COPY into a temporary table (dropped at commit), then one
+    ``INSERT ... SELECT ... ON CONFLICT DO NOTHING`` in the rows' order. SQLite:
+    ``executemany`` of ``INSERT ... ON CONFLICT DO NOTHING``.
+    """
+    if rows.num_rows == 0:
+        return 0
+    names = rows.column_names
+    columns = ", ".join(names)
+    if conn.dialect.name == "postgresql":
+        staging = f"{table_name}_incoming"
+        conn.exec_driver_sql(
+            f"CREATE TEMPORARY TABLE IF NOT EXISTS {staging} ON COMMIT DROP AS "
+            f"SELECT 0::bigint AS incoming_ord, {columns} FROM {table_name} WITH NO DATA"
+        )
+        conn.exec_driver_sql(f"TRUNCATE {staging}")
+        numbered = rows.add_column(
+            0, "incoming_ord", pa.array(np.arange(rows.num_rows, dtype=np.int64))
+        )
+        bulk_insert(conn, staging, numbered)
+        result = conn.exec_driver_sql(
+            f"INSERT INTO {table_name} ({columns}) SELECT {columns} FROM {staging} "
+            f"ORDER BY incoming_ord ON CONFLICT ({key}) DO NOTHING"
+        )
+        return int(result.rowcount)
+    driver = conn.connection.driver_connection
+    before = driver.total_changes  # type: ignore[union-attr]
+    _executemany(conn, table_name, _times_as_text(rows), f" ON CONFLICT ({key}) DO NOTHING")
+    return int(driver.total_changes - before)  # type: ignore[union-attr]
+
+
 def reserve_ids(conn: Connection, table_name: str, count: int) -> np.ndarray:
     """``count`` new values of ``table_name``'s ``id`` key, for rows the caller inserts with
     :func:`bulk_insert`. On SQLite the caller must already have written in its transaction
@@ -110,12 +144,13 @@ def _copy_postgres_binary(
         copy.write(pg_binary.TRAILER)
 
 
-def _executemany(conn: Connection, table_name: str, rows: pa.Table) -> None:
+def _executemany(conn: Connection, table_name: str, rows: pa.Table, suffix: str = "") -> None:
     """executemany in batches, with the garbage collector paused: millions of fresh tuples
     would trigger full collections that find nothing to free."""
     names = rows.column_names
     statement = (
         f"INSERT INTO {table_name} ({', '.join(names)}) VALUES ({', '.join('?' * len(names))})"
+        + suffix
     )
     cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
 
