@@ -18,6 +18,7 @@ So the checks may send a valid row to the slow path, never let a bad row through
 """
 
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -92,6 +93,7 @@ _DEFAULT_INT = {
 }
 _OPTIONAL_INT = {"spec_k": (0, 64), "http_status": (100, 599)}
 _TAGS_MAX = 64
+_PLAIN_KEY = re.compile(r'^[^"\\/\x00-\x1f]*$')
 _STATUSES = pa.array(["ok", "error", "cancelled"])
 _PLAIN_TAG = r"^[ !#-\[\]-~]*$"
 """Printable ASCII without quote or backslash: JSON text is the value in quotes."""
@@ -218,7 +220,11 @@ def _may_mention(texts: pa.Array, key: str, where: np.ndarray) -> np.ndarray:
     if where.any():
         rows = np.flatnonzero(where)
         subset = texts.take(pa.array(rows))
-        hit = pc.or_(pc.match_substring(subset, f'"{key}"'), pc.match_substring(subset, "\\u"))
+        # A key is spelled as json.dumps writes it, or with escapes: \\uXXXX for any
+        # character, or \\", \\\\, \\/ and the like for some.
+        escapes = "\\u" if _PLAIN_KEY.match(key) else "\\"
+        spelled = json.dumps(key, ensure_ascii=False)
+        hit = pc.or_(pc.match_substring(subset, spelled), pc.match_substring(subset, escapes))
         found[rows] = _np(hit)
     return found
 

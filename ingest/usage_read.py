@@ -100,6 +100,9 @@ def _block(path: Path, data: bytes, first_line: int) -> Block:
     written = np.flatnonzero(~blank)
     numbers = first_line + written
     texts = lines.take(pa.array(written))
+    objects = pc.starts_with(pc.utf8_ltrim(texts, " \t\r\n"), "{")
+    if not pc.all(objects).as_py() and len(texts):  # Arrow can crash on a bare null
+        return _line_by_line(path, texts, numbers, len(data))[0]
     try:
         table = pajson.read_json(pa.BufferReader(data), parse_options=_PARSE)
     except pa.ArrowInvalid:
