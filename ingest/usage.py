@@ -158,13 +158,14 @@ def load_usage(
     idle: list[ReplicaIdleEvent] = []
     with engine.begin() as conn:
         for path in paths:
-            with conn.begin_nested() as savepoint:
-                try:
-                    loaded = _load_file(conn, path, store is not None, block_bytes, progress,
-                                        done, total, bool(problems))  # fmt: skip
-                except Unreadable:
-                    savepoint.rollback()
-                    loaded = _load_records(conn, path, store is not None, bool(problems))
+            savepoint = conn.begin_nested()
+            try:
+                loaded = _load_file(conn, path, store is not None, block_bytes, progress,
+                                    done, total, bool(problems))  # fmt: skip
+                savepoint.commit()
+            except Unreadable:  # undo its blocks, read it as before
+                savepoint.rollback()
+                loaded = _load_records(conn, path, store is not None, bool(problems))
             problems.extend(loaded.problems)
             report.lines += loaded.lines
             report.usage_read += loaded.usage_read

@@ -97,7 +97,7 @@ def usage_object(draw: st.DrawFn) -> dict[str, Any]:
     }
     changes = draw(st.integers(0, 4))
     for _ in range(changes):
-        field = draw(st.sampled_from(sorted(record) + ["extra", "start_at", "tags_key"]))
+        field = draw(st.sampled_from([*sorted(record), "extra", "start_at", "tags_key"]))
         choice = draw(st.integers(0, 3))
         if choice == 0 and field in record:
             del record[field]  # a missing key: a default, or "is missing"
@@ -212,7 +212,7 @@ def test_proxy_output_takes_the_columnar_path_only(tmp_path: Path) -> None:
     from tests.serving.test_usage_sink import make_event
 
     path = tmp_path / "usage.jsonl"
-    events = [make_event(n, error="é\"\\" if n == 3 else None) for n in range(50)]
+    events = [make_event(n, error='é"\\' if n == 3 else None) for n in range(50)]
     events += [make_event(n, tags={}, team=None, accepted_hist=(1, 2)) for n in range(50, 60)]
     with path.open("w", encoding="utf-8") as stream:
         write_jsonl(stream, events)
@@ -230,7 +230,8 @@ def test_proxy_output_takes_the_columnar_path_only(tmp_path: Path) -> None:
         usage, _, problems = columnar(path, 1 << 20)
     finally:
         usage_read._line_by_line = original  # type: ignore[assignment]
-    assert problems == [] and sum(calls) == 0
+    assert problems == []
+    assert sum(calls) == 0
     assert usage.to_pylist() == events_columns(events).to_pylist()
 
 
@@ -257,4 +258,5 @@ def test_a_bad_field_is_named_by_line_and_field(
     path.write_text("\n".join(lines) + "\n")
     _, _, problems = columnar(path, 1 << 20)
     assert len(problems) == 1
-    assert problems[0][0] == 5 and problems[0][1].startswith(reason)
+    assert problems[0][0] == 5
+    assert problems[0][1].startswith(reason)
