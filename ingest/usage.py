@@ -6,6 +6,11 @@ keyed by ``event_id``) or a replica's idle time (``"record": "replica_idle"``). 
 a file twice, or a file whose records the proxy already wrote, changes nothing. Idle records
 are matched on deployment, replica and window. A file with any bad line is rejected whole,
 with the file and line of every problem, and nothing is written.
+
+Files are read in blocks by Arrow and checked as columns (:mod:`ingest.usage_read`,
+:mod:`ingest.usage_checks`); the per-record schema decides only what the columns cannot
+prove, so messages name the same field in the same words as :func:`read_usage_file`, which
+stays the reference (and the reader of files Arrow cannot number the same way).
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from __future__ import annotations
 import gzip
 import json
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -28,12 +34,13 @@ from app.usage.repository import insert_idle, insert_usage_columns
 from app.usage.schemas import record_from_json
 from app.usage.store import columns_table, write_usage
 from ingest.errors import IngestError, Problem
-from ingest.usage_read import BLOCK_BYTES, Unreadable, read_blocks
+from ingest.usage_read import BLOCK_BYTES, Unreadable, prefetched, read_blocks
 
 __all__ = ["UsageInputError", "UsageLoadReport", "load_usage", "read_usage_file"]
 
 _BATCH = 2000
 _MAX_PROBLEMS = 20
+_SQLITE_CACHE_KIB = 512 * 1024
 
 
 class UsageInputError(IngestError):
@@ -156,7 +163,7 @@ def load_usage(
     problems: list[Problem] = []
     stored: list[pa.Table] = []
     idle: list[ReplicaIdleEvent] = []
-    with engine.begin() as conn:
+    with engine.begin() as conn, _large_cache(conn):
         for path in paths:
             savepoint = conn.begin_nested()
             try:
@@ -188,6 +195,20 @@ def load_usage(
     return report
 
 
+@contextmanager
+def _large_cache(conn: Connection) -> Iterator[None]:
+    """On SQLite, a page cache that holds the indexes a large load updates (restored)."""
+    if conn.dialect.name != "sqlite":
+        yield
+        return
+    was = conn.exec_driver_sql("PRAGMA cache_size").scalar_one()
+    conn.exec_driver_sql(f"PRAGMA cache_size = -{_SQLITE_CACHE_KIB}")
+    try:
+        yield
+    finally:
+        conn.exec_driver_sql(f"PRAGMA cache_size = {int(was)}")
+
+
 @dataclass
 class _Loaded:
     """One file's part of a load."""
@@ -215,7 +236,7 @@ def _load_file(
     already ``rejected``: then only checking)."""
     loaded = _Loaded()
     try:
-        for block in read_blocks(path, block_bytes):
+        for block in prefetched(read_blocks(path, block_bytes)):
             loaded.problems.extend(block.problems)
             rejected = rejected or bool(block.problems)
             _add_usage(conn, loaded, block.usage, to_store, rejected)

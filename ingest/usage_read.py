@@ -15,8 +15,11 @@ line-by-line reader (:class:`Unreadable`).
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
+import queue
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -80,6 +83,47 @@ def read_blocks(path: Path, block_bytes: int = BLOCK_BYTES) -> Iterator[Block]:
             block = _block(path, chunk[:end], first_line)
             first_line += chunk.count(b"\n", 0, end)
             yield block
+
+
+def prefetched(blocks: Iterator[Block], depth: int = 2) -> Iterator[Block]:
+    """``blocks`` read ahead in a thread (Arrow and the checks mostly release the GIL), so
+    the next blocks are parsed while the caller writes one. Exceptions come out in order;
+    closing the iterator early stops the thread."""
+    ready: queue.Queue[Block | BaseException | None] = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+
+    def produce() -> None:
+        try:
+            for block in blocks:
+                while not stop.is_set():
+                    try:
+                        ready.put(block, timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+                if stop.is_set():
+                    return
+            ready.put(None)
+        except BaseException as exc:  # handed to the consumer
+            ready.put(exc)
+        finally:
+            close = getattr(blocks, "close", None)
+            if close is not None:
+                close()
+
+    thread = threading.Thread(target=produce, name="usage-blocks", daemon=True)
+    thread.start()
+    try:
+        while (item := ready.get()) is not None:
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        stop.set()
+        while thread.is_alive():
+            with contextlib.suppress(queue.Empty):
+                ready.get(timeout=0.1)
+        thread.join()
 
 
 def _open(path: Path) -> IO[bytes]:

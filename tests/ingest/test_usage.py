@@ -195,3 +195,35 @@ def test_progress_reaches_the_total(engine, tmp_path: Path):
     assert len(seen) > 2
     assert seen[-1] == (size, size)
     assert [done for done, _ in seen] == sorted(done for done, _ in seen)
+
+
+@pytest.mark.parametrize("staged", [False, True])
+def test_insert_new_keeps_the_first_of_each_key_and_skips_stored_ones(engine, staged: bool):
+    """Both PostgreSQL paths (COPY straight in, and the temporary table another writer's
+    conflict falls back to) and SQLite's keep the same rows."""
+    from app.kit import bulk
+    from app.usage.columns import events_columns
+    from app.usage.repository import insert_usage, insert_usage_columns
+
+    if staged and engine.dialect.name != "postgresql":
+        pytest.skip("the staged path is PostgreSQL's")
+    with engine.begin() as conn:
+        insert_usage(conn, [make_event(1, prompt_tokens=111)])
+    events = [make_event(0), make_event(1), make_event(2), make_event(0, prompt_tokens=7)]
+    original = bulk.bulk_insert
+    if staged:  # as if another writer had stored a key between the lookup and the COPY
+        import psycopg
+
+        def conflicting(conn, table_name, rows):
+            if table_name == "usage_records":
+                raise psycopg.errors.UniqueViolation("stored meanwhile")
+            return original(conn, table_name, rows)
+
+        bulk.bulk_insert = conflicting
+    try:
+        with engine.begin() as conn:
+            assert insert_usage_columns(conn, events_columns(events)) == 2
+    finally:
+        bulk.bulk_insert = original
+    tokens = {row["event_id"]: row["prompt_tokens"] for row in _stored_rows(engine)}
+    assert tokens == {"event-0": 10, "event-1": 111, "event-2": 10}
