@@ -95,6 +95,12 @@ _OPTIONAL_INT = {"spec_k": (0, 64), "http_status": (100, 599)}
 _TAGS_MAX = 64
 _PLAIN_KEY = re.compile(r'^[^"\\/\x00-\x1f]*$')
 _STATUSES = pa.array(["ok", "error", "cancelled"])
+_PLAIN_INSTANT = (
+    r"^([1-8]\d{3}|9[0-8]\d\d|99[0-8]\d|999[0-8])-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01])"
+    r"T([01]\d|2[0-3]):[0-5]\d:[0-5]\d(\.\d{1,6})?(Z|[+-]([01]\d|2[0-3]):[0-5]\d)$"
+)
+"""The instants read as columns (the schema decides any other form); years to 9998, so
+that no offset moves one past the calendar's end."""
 _PLAIN_TAG = r"^[ !#-\[\]-~]*$"
 """Printable ASCII without quote or backslash: JSON text is the value in quotes."""
 
@@ -295,8 +301,19 @@ def _tags(
 
 def _instants(values: pa.ChunkedArray) -> tuple[pa.Array, np.ndarray]:
     """Instants in the plain ISO form as UTC microseconds; ``bad`` marks non-null values not
-    proved valid (another form, or no such date or time)."""
+    proved valid (another form, or no such date or time). Arrow's cast parses what the
+    pattern lets through unless a day is past its month's end: then the fields are read
+    one by one."""
     text = _chunked(values, len(values))
+    matched = pc.match_substring_regex(text, _PLAIN_INSTANT)
+    try:
+        instants = pc.cast(pc.if_else(matched, text, pa.scalar(None, pa.string())), UTC_US)
+    except pa.ArrowInvalid:
+        return _instants_by_field(text)
+    return instants, _np(pc.and_(pc.is_valid(text), pc.invert(matched)))
+
+
+def _instants_by_field(text: pa.Array) -> tuple[pa.Array, np.ndarray]:
     n = len(text)
     fields = pc.extract_regex(
         text,

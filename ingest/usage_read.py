@@ -133,13 +133,13 @@ def _open(path: Path) -> IO[bytes]:
 
 
 def _block(path: Path, data: bytes, first_line: int) -> Block:
-    try:
-        data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise Unreadable from None
-    if data.count(b"\r") != data.count(b"\r\n"):
+    if b"\r" in data and data.count(b"\r") != data.count(b"\r\n"):
         raise Unreadable
     lines = _lines(data)
+    try:
+        lines.validate(full=True)  # UTF-8
+    except pa.ArrowInvalid:
+        raise Unreadable from None
     blank = _np_bool(pc.equal(pc.utf8_length(pc.utf8_trim(lines, " \t\r\n")), 0))
     written = np.flatnonzero(~blank)
     numbers = first_line + written

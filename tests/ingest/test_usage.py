@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from app.cli.usage import register
 from app.domain.usage import ReplicaIdleEvent
 from app.models import ReplicaIdle, UsageRecord
-from ingest.usage import UsageInputError, load_usage
+from ingest.usage import UsageInputError, load_usage, read_usage_file
 from serving.proxy.sink import write_jsonl
 from tests.serving.test_usage_sink import T0, make_event
 
@@ -227,3 +227,19 @@ def test_insert_new_keeps_the_first_of_each_key_and_skips_stored_ones(engine, st
         bulk.bulk_insert = original
     tokens = {row["event_id"]: row["prompt_tokens"] for row in _stored_rows(engine)}
     assert tokens == {"event-0": 10, "event-1": 111, "event-2": 10}
+
+
+@pytest.mark.parametrize(
+    "content",
+    [b'{"record": "usage"}\n\xff\xfe\n', b"\x1f\x8b not gzip", b'{"a": 1}\r{"b": 2}\n'],
+    ids=["not-utf8", "bad-gzip", "lone-cr"],
+)
+def test_files_arrow_cannot_number_are_reported_as_before(engine, tmp_path: Path, content):
+    path = tmp_path / ("usage.jsonl.gz" if b"gzip" in content else "usage.jsonl")
+    path.write_bytes(content)
+    with pytest.raises(UsageInputError) as before:
+        read_usage_file(path)
+    with pytest.raises(UsageInputError) as now:
+        load_usage(engine, [path])
+    assert now.value.problems == before.value.problems
+    assert _counts(engine) == (0, 0)
