@@ -3,16 +3,20 @@ records) into SQLite, PostgreSQL and the Parquet store, each in a fresh process,
 beside a bare pyarrow read of the same file (``pyarrow.json.read_json``) in the same run.
 
     .venv/bin/python -m bench.usage_ingest [--sizes 1000000,10000000] [--postgres URL]
-        [--targets sqlite,postgresql,store] [--keep FOLDER]
+        [--targets sqlite,postgresql,store]
 
-Prints records/s per target and the ratio of its time to the bare read (targets: at least
-200,000 records/s into PostgreSQL and the store, 100,000 into SQLite, at most 3x the bare
-read), then one JSON line per size with the counts the ingest reported.
+Prints records/s per target and the ratio of its time to the bare read run just before it
+(targets: at least 200,000 records/s into PostgreSQL and the store, 100,000 into SQLite, at
+most 3x the bare read), with the CPU seconds of both processes (a steadier ratio on a busy
+machine; the database server's CPU is not counted), then one JSON line per size with the
+counts each ingest reported. The generated file is deleted after its size is done.
 """
 
 import argparse
 import json
 import os
+import resource
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -143,29 +147,39 @@ def _idle_lines(first: int, last: int) -> pa.Array:
     return pc.binary_join_element_wise(*parts, "")
 
 
-def bare_read(path: Path) -> float:
-    """Seconds of ``pyarrow.json.read_json`` of the whole file, in a fresh process as the
-    ingest runs (types inferred, all cores)."""
+def bare_read(path: Path) -> tuple[float, float]:
+    """``pyarrow.json.read_json`` of the whole file (types inferred, all cores) in a fresh
+    process: its seconds, and the CPU seconds of the process."""
     code = (
         "import sys, time, pyarrow.json as j; s = time.perf_counter(); "
         "t = j.read_json(sys.argv[1]); print(time.perf_counter() - s, t.num_rows)"
     )
+    before = _children_cpu()
     done = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True,
                           text=True, check=True)  # fmt: skip
-    return float(done.stdout.split()[0])
+    return float(done.stdout.split()[0]), _children_cpu() - before
 
 
-def ingest(path: Path, env: dict[str, str], store: Path | None) -> tuple[float, dict[str, Any]]:
-    """`specledger ingest usage FILE --json` in a fresh process: seconds and its summary."""
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def ingest(
+    path: Path, env: dict[str, str], store: Path | None
+) -> tuple[float, float, dict[str, Any]]:
+    """`specledger ingest usage FILE --json` in a fresh process: seconds, CPU seconds (of
+    the process; not the database server's) and its summary."""
     command = [*CLI, "ingest", "usage", str(path), "--json"]
     if store is not None:
         command += ["--store", str(store)]
+    before = _children_cpu()
     start = time.perf_counter()
     done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
     seconds = time.perf_counter() - start
     if done.returncode != 0:
         raise RuntimeError(f"ingest failed ({done.returncode}): {done.stderr[-2000:]}")
-    return seconds, json.loads(done.stdout)
+    return seconds, _children_cpu() - before, json.loads(done.stdout)
 
 
 def run(sizes: list[int], targets: list[str], postgres: str, folder: Path) -> list[dict[str, Any]]:
@@ -174,30 +188,34 @@ def run(sizes: list[int], targets: list[str], postgres: str, folder: Path) -> li
         path = folder / f"usage-{size}.jsonl"
         idle = write_proxy_log(path, size)
         row: dict[str, Any] = {"records": size, "idle": idle, "bytes": path.stat().st_size}
-        bare = min(bare_read(path) for _ in range(2))
-        row["bare_read_s"] = bare
-        print(f"{size:>11,} usage + {idle:,} idle records, {row['bytes'] / 1e6:,.0f} MB")
-        print(f"  bare pyarrow.json.read_json: {bare:7.2f} s  {size / bare:>11,.0f} records/s")
+        print(f"{size:>11,} usage + {idle:,} idle records, {row['bytes'] / 1e6:,.0f} MB "
+              "(each target is timed right after a bare read of the same file: the machine's "
+              "load changes)")  # fmt: skip
         for target in targets:
             env = {**os.environ, "PYTHONPATH": os.getcwd()}
             store = None
             if target == "postgresql":
-                env["SPECLEDGER_DATABASE_URL"] = fresh_postgres(
-                    postgres, f"{make_url(postgres).database}_usage_bench"
-                )
-                subprocess.run([*CLI, "db", "upgrade"], env=env,
-                               check=True, capture_output=True)  # fmt: skip
+                database = f"{make_url(postgres).database}_usage_bench"
+                env["SPECLEDGER_DATABASE_URL"] = fresh_postgres(postgres, database)
+                subprocess.run([*CLI, "db", "upgrade"], env=env, check=True,
+                               capture_output=True)  # fmt: skip
             else:
-                database = folder / "bench.db"
-                database.unlink(missing_ok=True)
-                env["SPECLEDGER_DATABASE_URL"] = f"sqlite+pysqlite:///{database}"
+                sqlite = folder / "bench.db"
+                sqlite.unlink(missing_ok=True)
+                env["SPECLEDGER_DATABASE_URL"] = f"sqlite+pysqlite:///{sqlite}"
                 if target == "store":
                     store = folder / "store"
+                    shutil.rmtree(store, ignore_errors=True)
             os.sync()
-            seconds, summary = ingest(path, env, store)
-            row[target] = {"seconds": seconds, "summary": summary}
-            print(f"  {target:<28} {seconds:7.2f} s  {size / seconds:>11,.0f} records/s  "
-                  f"{seconds / bare:5.2f}x the bare read")  # fmt: skip
+            bare, bare_cpu = bare_read(path)
+            seconds, cpu, summary = ingest(path, env, store)
+            row[target] = {"seconds": seconds, "cpu_s": cpu, "bare_read_s": bare,
+                           "bare_read_cpu_s": bare_cpu, "summary": summary}  # fmt: skip
+            print(f"  {'bare read':<11} {bare:7.2f} s {size / bare:>9,.0f} records/s "
+                  f"(cpu {bare_cpu:6.1f} s)")  # fmt: skip
+            print(f"  {target:<11} {seconds:7.2f} s {size / seconds:>9,.0f} records/s "
+                  f"(cpu {cpu:6.1f} s)  {seconds / bare:5.2f}x the bare read "
+                  f"({cpu / bare_cpu:4.2f}x its cpu)")  # fmt: skip
         path.unlink()
         print(json.dumps({"records": size, "idle": idle,
                           **{t: row[t]["summary"] for t in targets}}))  # fmt: skip
@@ -219,6 +237,7 @@ def main() -> None:
         ),
     )
     args = parser.parse_args()
+    sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
     sizes = [int(size) for size in args.sizes.split(",")]
     with tempfile.TemporaryDirectory() as tmp:
         run(sizes, args.targets.split(","), args.postgres, Path(tmp))
