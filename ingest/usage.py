@@ -6,31 +6,41 @@ keyed by ``event_id``) or a replica's idle time (``"record": "replica_idle"``). 
 a file twice, or a file whose records the proxy already wrote, changes nothing. Idle records
 are matched on deployment, replica and window. A file with any bad line is rejected whole,
 with the file and line of every problem, and nothing is written.
+
+Files are read in blocks by Arrow and checked as columns (:mod:`ingest.usage_read`,
+:mod:`ingest.usage_checks`); the per-record schema decides only what the columns cannot
+prove, so messages name the same field in the same words as :func:`read_usage_file`, which
+stays the reference (and the reader of files Arrow cannot number the same way).
 """
 
 from __future__ import annotations
 
 import gzip
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from sqlalchemy import Engine
+import pyarrow as pa
+from sqlalchemy import Connection, Engine
 
 from app.domain.errors import Invalid
 from app.domain.usage import ReplicaIdleEvent, UsageEvent
 from app.kit.dataset_store import DatasetStore
-from app.usage.repository import insert_idle, insert_usage
+from app.usage.columns import events_columns
+from app.usage.repository import insert_idle, insert_usage_columns
 from app.usage.schemas import record_from_json
-from app.usage.store import events_table, write_usage
+from app.usage.store import columns_table, write_usage
 from ingest.errors import IngestError, Problem
+from ingest.usage_read import BLOCK_BYTES, Unreadable, prefetched, read_blocks
 
 __all__ = ["UsageInputError", "UsageLoadReport", "load_usage", "read_usage_file"]
 
 _BATCH = 2000
 _MAX_PROBLEMS = 20
+_SQLITE_CACHE_KIB = 512 * 1024
 
 
 class UsageInputError(IngestError):
@@ -128,38 +138,141 @@ def read_usage_file(path: Path) -> list[UsageEvent | ReplicaIdleEvent]:
 
 
 def load_usage(
-    engine: Engine, paths: Sequence[Path], *, store: DatasetStore | None = None
+    engine: Engine,
+    paths: Sequence[Path],
+    *,
+    store: DatasetStore | None = None,
+    progress: Callable[[int, int], None] | None = None,
+    block_bytes: int = BLOCK_BYTES,
 ) -> UsageLoadReport:
     """Load JSONL usage files into the database in one transaction, or their usage records
     into a Parquet store (idle records still go to the database). The store keeps every
     file written; the allocation reads each event id once.
 
+    Files are read in blocks with Arrow and checked as columns (:mod:`ingest.usage_read`);
+    usage records go in with COPY (PostgreSQL) or one ``executemany`` per block (SQLite),
+    or as one set of Parquet files per block. ``progress(done, total)`` is told the bytes
+    read so far (of plain files; a ``.gz`` file counts its compressed size once read).
+
     Raises:
         UsageInputError: If any line of any file is bad; nothing is written then.
     """
     report = UsageLoadReport(files=[str(path) for path in paths])
-    records: list[UsageEvent | ReplicaIdleEvent] = []
+    total = sum(path.stat().st_size for path in paths)
+    done = 0
     problems: list[Problem] = []
-    for path in paths:
-        try:
-            records.extend(read_usage_file(path))
-        except UsageInputError as exc:
-            problems.extend(exc.problems)
-    if problems:
-        raise UsageInputError(problems)
-    usage = [r for r in records if isinstance(r, UsageEvent)]
-    idle = [r for r in records if isinstance(r, ReplicaIdleEvent)]
-    report.lines = len(records)
-    report.usage_read, report.idle_read = len(usage), len(idle)
-    if store is not None:
-        write_usage(store, events_table(usage))
-        report.usage_inserted = len(usage)
-        usage = []
-    with engine.begin() as conn:
-        for start in range(0, len(usage), _BATCH):
-            report.usage_inserted += insert_usage(conn, usage[start : start + _BATCH])
+    stored: list[pa.Table] = []
+    idle: list[ReplicaIdleEvent] = []
+    with engine.begin() as conn, _large_cache(conn):
+        for path in paths:
+            savepoint = conn.begin_nested()
+            try:
+                loaded = _load_file(conn, path, store is not None, block_bytes, progress,
+                                    done, total, bool(problems))  # fmt: skip
+                savepoint.commit()
+            except Unreadable:  # undo its blocks, read it as before
+                savepoint.rollback()
+                loaded = _load_records(conn, path, store is not None, bool(problems))
+            problems.extend(loaded.problems)
+            report.lines += loaded.lines
+            report.usage_read += loaded.usage_read
+            report.usage_inserted += loaded.usage_inserted
+            stored.extend(loaded.stored)
+            idle.extend(loaded.idle)
+            done += path.stat().st_size
+            if progress is not None:
+                progress(done, total)
+        if problems:
+            raise UsageInputError(problems)
+        report.idle_read = len(idle)
         for start in range(0, len(idle), _BATCH):
             report.idle_inserted += insert_idle(
                 conn, idle[start : start + _BATCH], skip_existing=True
             )
+        if store is not None:
+            for table in stored:
+                write_usage(store, table)
     return report
+
+
+@contextmanager
+def _large_cache(conn: Connection) -> Iterator[None]:
+    """On SQLite, a page cache that holds the indexes a large load updates (restored)."""
+    if conn.dialect.name != "sqlite":
+        yield
+        return
+    was = conn.exec_driver_sql("PRAGMA cache_size").scalar_one()
+    conn.exec_driver_sql(f"PRAGMA cache_size = -{_SQLITE_CACHE_KIB}")
+    try:
+        yield
+    finally:
+        conn.exec_driver_sql(f"PRAGMA cache_size = {int(was)}")
+
+
+@dataclass
+class _Loaded:
+    """One file's part of a load."""
+
+    problems: list[Problem] = field(default_factory=list)
+    lines: int = 0
+    usage_read: int = 0
+    usage_inserted: int = 0
+    stored: list[pa.Table] = field(default_factory=list)
+    """Usage records for the store, written once every file is known good."""
+    idle: list[ReplicaIdleEvent] = field(default_factory=list)
+
+
+def _load_file(
+    conn: Connection,
+    path: Path,
+    to_store: bool,
+    block_bytes: int,
+    progress: Callable[[int, int], None] | None,
+    done: int,
+    total: int,
+    rejected: bool,
+) -> _Loaded:
+    """Read a file in blocks, writing each good block's usage records (unless the load is
+    already ``rejected``: then only checking)."""
+    loaded = _Loaded()
+    try:
+        for block in prefetched(read_blocks(path, block_bytes)):
+            loaded.problems.extend(block.problems)
+            rejected = rejected or bool(block.problems)
+            _add_usage(conn, loaded, block.usage, to_store, rejected)
+            loaded.lines += block.records
+            loaded.idle.extend(block.idle)
+            done += block.size
+            if progress is not None:
+                progress(min(done, total), total)
+    except (OSError, EOFError):
+        raise Unreadable from None
+    return loaded
+
+
+def _load_records(conn: Connection, path: Path, to_store: bool, rejected: bool) -> _Loaded:
+    """A file only the line-by-line reader reads as before (see :mod:`ingest.usage_read`)."""
+    loaded = _Loaded()
+    try:
+        records = read_usage_file(path)
+    except UsageInputError as exc:
+        loaded.problems = exc.problems
+        return loaded
+    usage = [r for r in records if isinstance(r, UsageEvent)]
+    loaded.idle = [r for r in records if isinstance(r, ReplicaIdleEvent)]
+    loaded.lines = len(records)
+    _add_usage(conn, loaded, events_columns(usage), to_store, rejected)
+    return loaded
+
+
+def _add_usage(
+    conn: Connection, loaded: _Loaded, usage: pa.Table, to_store: bool, rejected: bool
+) -> None:
+    loaded.usage_read += usage.num_rows
+    if rejected or usage.num_rows == 0:
+        return
+    if to_store:
+        loaded.stored.append(columns_table(usage))
+        loaded.usage_inserted += usage.num_rows
+    else:
+        loaded.usage_inserted += insert_usage_columns(conn, usage)

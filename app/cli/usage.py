@@ -1,6 +1,8 @@
 """``specledger ingest usage``: load the proxy's JSONL usage logs (mounted with ``register``)."""
 
 import json
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated
 
@@ -35,12 +37,38 @@ def ingest_usage(
     from ingest.usage import load_usage
 
     settings = get_settings()
-    with user_errors(), open_engine(settings) as engine:
-        report = load_usage(engine, paths, store=open_store(settings, store))
+    with user_errors(), open_engine(settings) as engine, _progress_bar() as progress:
+        report = load_usage(engine, paths, store=open_store(settings, store), progress=progress)
     if as_json:
         typer.echo(json.dumps(report.to_json(), indent=2))
     else:
         typer.echo(report.to_text())
+
+
+@contextmanager
+def _progress_bar() -> Iterator[Callable[[int, int], None] | None]:
+    """A progress bar of the bytes read, on stderr when it is a terminal (else None)."""
+    from rich.console import Console
+    from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn
+
+    console = Console(stderr=True)
+    if not console.is_terminal:
+        yield None
+        return
+    with Progress(
+        "[progress.description]{task.description}",
+        BarColumn(),
+        DownloadColumn(),
+        TimeRemainingColumn(),
+        console=console,
+        transient=True,
+    ) as bar:
+        task = bar.add_task("reading usage", total=None)
+
+        def update(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total)
+
+        yield update
 
 
 def register(ingest_app: typer.Typer) -> None:

@@ -3,11 +3,14 @@
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import Connection, and_, insert, or_, select
+import pyarrow as pa
+from sqlalchemy import Connection, insert, select
 from sqlalchemy.dialects import postgresql, sqlite
 
 from app.domain.usage import ReplicaIdleEvent, UsageEvent
+from app.kit.bulk import insert_new
 from app.models import ReplicaIdle, UsageRecord
+from app.usage.columns import USAGE_COLUMNS, json_list_text
 
 _ROWS_PER_STATEMENT = 500
 """28 columns x 500 rows stays under SQLite's 32,766 bound parameters."""
@@ -45,6 +48,21 @@ def insert_usage(conn: Connection, events: Sequence[UsageEvent]) -> int:
     return inserted
 
 
+def insert_usage_columns(conn: Connection, usage: pa.Table) -> int:
+    """Insert usage records given as :data:`app.usage.columns.USAGE_COLUMNS`, in bulk, the
+    way :func:`insert_usage` does: event ids already stored, or repeated, are skipped (the
+    first kept). Runs inside the caller's transaction.
+
+    Returns:
+        How many records were new.
+    """
+    if usage.schema != USAGE_COLUMNS:
+        raise ValueError("usage columns must be app.usage.columns.USAGE_COLUMNS")
+    index = usage.schema.get_field_index("accepted_hist")
+    rows = usage.set_column(index, "accepted_hist", json_list_text(usage["accepted_hist"]))
+    return insert_new(conn, UsageRecord.__tablename__, rows, "event_id")
+
+
 def insert_idle(
     conn: Connection, events: Sequence[ReplicaIdleEvent], *, skip_existing: bool = False
 ) -> int:
@@ -61,23 +79,25 @@ def insert_idle(
     """
     rows = [event.to_row() for event in events]
     if skip_existing and rows:
-        stored: set[tuple[Any, ...]] = set()
-        for start in range(0, len(rows), _ROWS_PER_STATEMENT):
-            chunk = rows[start : start + _ROWS_PER_STATEMENT]
-            match = or_(*(
-                and_(ReplicaIdle.deployment == row["deployment"],
-                     ReplicaIdle.replica == row["replica"],
-                     ReplicaIdle.start_at == row["start_at"],
-                     ReplicaIdle.end_at == row["end_at"])
-                for row in chunk
-            ))  # fmt: skip
-            query = select(ReplicaIdle.deployment, ReplicaIdle.replica, ReplicaIdle.start_at,
-                           ReplicaIdle.end_at).where(match)  # fmt: skip
-            stored.update(tuple(found) for found in conn.execute(query))
+        stored = _stored_idle(conn, rows)
         rows = [row for row in rows if _idle_key(row) not in stored]
     if rows:
         conn.execute(insert(ReplicaIdle), rows)
     return len(rows)
+
+
+def _stored_idle(conn: Connection, rows: list[dict[str, Any]]) -> set[tuple[Any, ...]]:
+    """The keys stored among those of ``rows``: one range query on the (deployment,
+    replica, start_at) index, then matched here."""
+    query = select(
+        ReplicaIdle.deployment, ReplicaIdle.replica, ReplicaIdle.start_at, ReplicaIdle.end_at
+    ).where(
+        ReplicaIdle.deployment.in_({row["deployment"] for row in rows}),
+        ReplicaIdle.start_at >= min(row["start_at"] for row in rows),
+        ReplicaIdle.start_at <= max(row["start_at"] for row in rows),
+    )
+    wanted = {_idle_key(row) for row in rows}
+    return {key for key in (tuple(found) for found in conn.execute(query)) if key in wanted}
 
 
 def _idle_key(row: dict[str, Any]) -> tuple[Any, ...]:

@@ -110,6 +110,19 @@ def events_table(events: Sequence[UsageEvent]) -> pa.Table:
     return pa.table(columns, schema=SCHEMA)
 
 
+def columns_table(usage: pa.Table) -> pa.Table:
+    """Usage records given as :data:`app.usage.columns.USAGE_COLUMNS` as the store's
+    columns (``tags`` is already the store's JSON text)."""
+    ords = [event_ord(event_id) for event_id in usage["event_id"].to_pylist()]
+    columns = {
+        **{name: usage[name] for name in SCHEMA.names if name in usage.column_names},
+        "usage_ord": pa.array(ords, pa.int64()),
+        "arrived_us": usage["arrived_at"].cast(pa.int64()),
+        "finished_us": usage["finished_at"].cast(pa.int64()),
+    }
+    return pa.table([columns[f.name] for f in SCHEMA], schema=SCHEMA)
+
+
 def write_usage(store: DatasetStore, table: pa.Table) -> list[str]:
     """Append usage rows (the store's columns) as new files, partitioned by month,
     deployment and hour of arrival. Returns the files written."""
