@@ -384,13 +384,18 @@ def _cell(timing: dict[str, Any], who: str) -> str:
 
 
 def run_size(
-    entries: int, folder: Path, postgres: str | None, days: int = 30
+    entries: int,
+    folder: Path,
+    postgres: str | None,
+    days: int = 30,
+    callers: tuple[str, ...] = ("admin", "team"),
 ) -> tuple[dict[str, float], dict[str, dict[str, Any]]]:
     if postgres:
         url = fresh_postgres(postgres, "specledger_bench_reads")
     else:
         url = f"sqlite+pysqlite:///{folder / 'reads.db'}"
     keys, build_times = build(url, entries, folder, days)
+    keys = {who: key for who, key in keys.items() if who in callers}
     print(
         f"{entries:,} entries ({'PostgreSQL' if postgres else 'SQLite'}): built in "
         f"{build_times['build_s']:.0f} s\n  {'route':<58} {'admin s':>9} {'team s':>9}",
@@ -420,6 +425,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--keep", type=Path, help="Build the SQLite databases here and keep them.")
     parser.add_argument("--json", type=Path, help="Also write the figures here as JSON.")
     parser.add_argument(
+        "--keys", default="admin,team", help="Which keys call the routes: admin, team or both."
+    )
+    parser.add_argument(
         "--days",
         type=int,
         default=30,
@@ -430,16 +438,21 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     )
     args = parser.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",")]
+    callers = tuple(k for k in args.keys.split(",") if k)
+    if not callers or set(callers) - {"admin", "team"}:
+        parser.error("--keys: admin, team or admin,team")
     results: dict[int, dict[str, dict[str, Any]]] = {}
     builds: dict[int, dict[str, float]] = {}
     for size in sizes:
         if args.keep:
             folder = args.keep / str(size)
             folder.mkdir(parents=True, exist_ok=False)
-            builds[size], results[size] = run_size(size, folder, args.postgres, args.days)
+            builds[size], results[size] = run_size(size, folder, args.postgres, args.days, callers)
         else:
             with tempfile.TemporaryDirectory(prefix="specledger-bench-reads-") as tmp:
-                builds[size], results[size] = run_size(size, Path(tmp), args.postgres, args.days)
+                builds[size], results[size] = run_size(
+                    size, Path(tmp), args.postgres, args.days, callers
+                )
     report: dict[str, Any] = {
         "database": "postgresql" if args.postgres else "sqlite",
         "sizes": sizes,

@@ -42,17 +42,17 @@ class LedgerEntry(Base):
     __tablename__ = "ledger_entries"
     # Few indexes on purpose: a month's run writes one entry per request and charge period
     # (millions), and every index slows that bulk write. Reports filter by run or month, a
-    # team's by run and team, and per-request costs join usage by event_id (migration 0015).
+    # team's by team and run, and per-request costs join usage by event_id (migration 0015).
     __table_args__ = (
         Index("ix_ledger_entries_month_kind", "booked_month", "kind"),
-        Index("ix_ledger_entries_run_team", "run_id", "team"),
+        Index("ix_ledger_entries_team_run", "team", "run_id"),
         Index("ix_ledger_entries_event_id", "event_id", "run_id"),
     )
 
     id: Mapped[int] = mapped_column(BigIntId, primary_key=True, autoincrement=True)
     # No foreign key on purpose: PostgreSQL checks one per row, which more than doubled the
     # time to write a month of a million requests; entries are only written with their run.
-    run_id: Mapped[int] = mapped_column(BigInteger)
+    run_id: Mapped[int] = mapped_column(BigInteger, index=True)
     booked_month: Mapped[str] = mapped_column(String(7))
     """The accounting month (``YYYY-MM``) the entry belongs to."""
     corrects_month: Mapped[str | None] = mapped_column(String(7), nullable=True)
