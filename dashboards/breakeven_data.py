@@ -254,18 +254,19 @@ def _measured_tiers(engine: Engine, month: str, team: str | None) -> pd.DataFram
         run_id = current_run_id(session, month)
         if run_id is None:
             return pd.DataFrame(columns=columns)
-        cost = (
-            select(
-                LedgerEntry.event_id, func.sum(LedgerEntry.effective_cost_micros).label("micros")
-            )
-            .where(
-                LedgerEntry.run_id == run_id,
-                LedgerEntry.event_id.is_not(None),
-                LedgerEntry.currency == "USD",
-            )
-            .group_by(LedgerEntry.event_id)
-            .subquery()
+        per_event = select(
+            LedgerEntry.event_id, func.sum(LedgerEntry.effective_cost_micros).label("micros")
+        ).where(
+            LedgerEntry.run_id == run_id,
+            LedgerEntry.event_id.is_not(None),
+            LedgerEntry.currency == "USD",
         )
+        if team is not None:  # the team's requests' entries, by event_id, not the whole run's
+            mine = UsageRecord.__table__.alias("mine")
+            per_event = per_event.join(mine, mine.c.event_id == LedgerEntry.event_id).where(
+                mine.c.team == team, mine.c.arrived_at >= start, mine.c.arrived_at < end
+            )
+        cost = per_event.group_by(LedgerEntry.event_id).subquery()
         bucket = concurrency_bucket(UsageRecord.concurrency).label("bucket")
         scope: list[ColumnElement[bool]] = [Deployment.tier.is_not(None)]
         if team is not None:

@@ -95,6 +95,11 @@ def query_allocation(
         if query.cost_metric is CostMetric.effective
         else LedgerEntry.billed_cost_micros
     )
+    rollup_cost = (
+        LedgerRollup.effective_cost_micros
+        if query.cost_metric is CostMetric.effective
+        else LedgerRollup.billed_cost_micros
+    )
     share = query.idle is IdlePolicy.share
     groups: dict[_GroupKey, tuple[int, int, int]] = {}
     idle_by_row: dict[int, int] = {}
@@ -104,11 +109,11 @@ def query_allocation(
             for key, (amount, _, gpu_ns) in _groups(reader, query, cost, run_id, share).items():
                 old = groups.get(key, (0, 0, 0))
                 groups[key] = (old[0] + amount, 0, old[2] + gpu_ns)
-            if share:
-                idle_by_row.update(_by_pool(reader, query, run_id, EntryKind.idle, func.sum(cost)))
-                basis_by_row.update(
-                    _by_pool(reader, query, run_id, EntryKind.request, func.sum(LedgerEntry.gpu_ns))
-                )
+        if share:
+            idle_by_row.update(_by_pool(session, query, run_id, EntryKind.idle, rollup_cost))
+            basis_by_row.update(
+                _by_pool(session, query, run_id, EntryKind.request, LedgerRollup.gpu_ns)
+            )
     if share and idle_by_row:
         groups = _share_idle(groups, idle_by_row, basis_by_row)
     lines: dict[tuple[Any, ...], AllocationLine] = {}
@@ -208,19 +213,23 @@ def _groups(
 
 
 def _by_pool(
-    reader: EntryReader, query: AllocationQuery, run_id: int, kind: EntryKind, total: Any
+    session: Session, query: AllocationQuery, run_id: int, kind: EntryKind, amount: Any
 ) -> dict[int, int]:
-    """A sum over the run's entries of one kind in the window, per pool."""
+    """A sum over the run's entries of one kind in the window, per pool: from the run's
+    rollups (in the database wherever the entries are), so a team's view does not read
+    every team's entries for the pools' totals."""
     return {
-        int(pool_id or 0): int(amount)
-        for pool_id, amount in reader.rows(
-            select(LedgerEntry.pool_id, total)
+        int(pool_id or 0): int(total)
+        for pool_id, total in session.execute(
+            select(LedgerRollup.pool_id, func.sum(amount))
             .where(
-                *_in_window(query, run_id),
-                LedgerEntry.kind == kind,
-                LedgerEntry.pool_id.is_not(None),
+                LedgerRollup.run_id == run_id,
+                LedgerRollup.charge_period_start >= query.window.start,
+                LedgerRollup.charge_period_start < query.window.end,
+                LedgerRollup.kind == kind,
+                LedgerRollup.pool_id.is_not(None),
             )
-            .group_by(LedgerEntry.pool_id)
+            .group_by(LedgerRollup.pool_id)
         )
     }
 

@@ -172,16 +172,19 @@ def _request_lines(
     Session-seconds are the union of each session's request intervals within the line: over
     a (line, session)'s requests ordered by arrival, each adds the part of its interval past
     the latest finish before it."""
-    cost = (
-        select(
-            LedgerEntry.event_id,
-            func.sum(LedgerEntry.effective_cost_micros).label("effective"),
-            func.sum(LedgerEntry.billed_cost_micros).label("billed"),
+    per_event = select(
+        LedgerEntry.event_id,
+        func.sum(LedgerEntry.effective_cost_micros).label("effective"),
+        func.sum(LedgerEntry.billed_cost_micros).label("billed"),
+    ).where(LedgerEntry.run_id == (run_id or 0), LedgerEntry.event_id.is_not(None))
+    if team is not None:
+        # Only the team's requests' entries, found from its requests by event_id: not the
+        # whole run's entries summed per request and most of them thrown away.
+        mine = UsageRecord.__table__.alias("mine")
+        per_event = per_event.join(mine, mine.c.event_id == LedgerEntry.event_id).where(
+            mine.c.team == team, mine.c.arrived_at >= month.start, mine.c.arrived_at < month.end
         )
-        .where(LedgerEntry.run_id == (run_id or 0), LedgerEntry.event_id.is_not(None))
-        .group_by(LedgerEntry.event_id)
-        .subquery()
-    )
+    cost = per_event.group_by(LedgerEntry.event_id).subquery()
     usage = (
         select(
             *(_key_column(d).label(f"key_{i}") for i, d in enumerate(by)),

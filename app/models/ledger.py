@@ -41,8 +41,13 @@ class LedgerEntry(Base):
 
     __tablename__ = "ledger_entries"
     # Few indexes on purpose: a month's run writes one entry per request and charge period
-    # (millions), and every index slows that bulk write; reports filter by run or month.
-    __table_args__ = (Index("ix_ledger_entries_month_kind", "booked_month", "kind"),)
+    # (millions), and every index slows that bulk write. Reports filter by run or month, a
+    # team's by team and run, and per-request costs join usage by event_id (migration 0015).
+    __table_args__ = (
+        Index("ix_ledger_entries_month_kind", "booked_month", "kind"),
+        Index("ix_ledger_entries_team_run", "team", "run_id"),
+        Index("ix_ledger_entries_event_id", "event_id", "run_id"),
+    )
 
     id: Mapped[int] = mapped_column(BigIntId, primary_key=True, autoincrement=True)
     # No foreign key on purpose: PostgreSQL checks one per row, which more than doubled the

@@ -22,7 +22,7 @@ class UsageRecord(Base):
     __table_args__ = (
         Index("ix_usage_records_deployment_finished", "deployment", "finished_at"),
         Index("ix_usage_records_session", "session_id"),
-        Index("ix_usage_records_team", "team"),
+        Index("ix_usage_records_team_arrived", "team", "arrived_at"),
     )
 
     id: Mapped[int] = mapped_column(BigIntId, primary_key=True, autoincrement=True)

@@ -33,7 +33,7 @@ from app.domain.windows import TimeWindow
 from app.engine_health.draft_memory import draft_memory_findings
 from app.ledger.entry_reader import EntryReader, WindowPart, places, window_readers
 from app.ledger.repository import current_run_ids
-from app.models import Deployment, LedgerEntry, Replica, UsageRecord
+from app.models import Deployment, LedgerEntry, LedgerRollup, Replica, UsageRecord
 from app.speculation.positions import unpaid_position_findings
 
 
@@ -77,7 +77,7 @@ def find_waste(
             window_seconds=observed,
         )
         currency = next(
-            (found for p in parts if (found := _currency(p.reader, p.start, p.end))), None
+            (found for p in parts if (found := _currency(session, p.start, p.end))), None
         )
     findings: list[Finding] = []
     for scope_groups in groups.values():
@@ -375,14 +375,15 @@ def _idle_exposures(session: Session, totals: dict[str, tuple[int, int]]) -> lis
     ]
 
 
-def _currency(reader: EntryReader, start: datetime, end: datetime) -> str | None:
-    found = reader.rows(
-        select(LedgerEntry.currency)
+def _currency(session: Session, start: datetime, end: datetime) -> str | None:
+    """A currency of the ledger of record charged in ``[start, end)``: from the current
+    runs' rollups (in the database wherever the entries are kept)."""
+    return session.scalar(
+        select(LedgerRollup.currency)
         .where(
-            LedgerEntry.run_id.in_(current_run_ids()),
-            LedgerEntry.charge_period_start >= start,
-            LedgerEntry.charge_period_start < end,
+            LedgerRollup.run_id.in_(current_run_ids()),
+            LedgerRollup.charge_period_start >= start,
+            LedgerRollup.charge_period_start < end,
         )
         .limit(1)
     )
-    return str(found[0][0]) if found else None
