@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 
-from serving.collector.app import CollectorConfig, create_collector_app
-from serving.collector.timeline import ReplicaInfo
+if TYPE_CHECKING:
+    from serving.collector.timeline import ReplicaInfo
 
 _err = Console(stderr=True)
 
@@ -24,6 +24,8 @@ def parse_replica(text: str) -> tuple[str, ReplicaInfo]:
     Raises:
         typer.BadParameter: On an unknown key or a bad value.
     """
+    from serving.collector.timeline import ReplicaInfo
+
     identity, *items = (part.strip() for part in text.split(","))
     if not identity or "=" in identity:
         raise typer.BadParameter(
@@ -144,6 +146,7 @@ def collect(
 
     from app.cli._support import open_engine, user_errors
     from app.settings import get_settings
+    from serving.collector.app import CollectorConfig, create_collector_app
 
     settings = get_settings()
     if no_db and jsonl is None:

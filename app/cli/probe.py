@@ -3,23 +3,26 @@ a deployment's metering proxy, list the runs, judge drift against each deploymen
 baseline, and print the cron / systemd / Kubernetes schedule that runs it (mounted by
 app.cli)."""
 
+from __future__ import annotations
+
 import json
 import shutil
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from sqlalchemy.orm import Session
 
 from app.cli._support import open_engine, progress_bar, user_errors
-from app.db import read_session
 from app.domain.money import format_micros
-from app.domain.probe import BASELINE_RUNS, PROBE_H, PROBE_K
-from app.domain.waste import Finding
-from app.models import ProbeRun
-from app.probe import service
+from app.domain.probe_defaults import (
+    BASELINE_RUNS,
+    DEFAULT_TEAM,
+    DEFAULT_TIMEOUT_S,
+    PROBE_H,
+    PROBE_K,
+)
 from app.probe.probe_set import BUNDLED_SHA256, ProbeSet, load_probe_set
 from app.probe.schedule import (
     DEFAULT_ENV_FILE,
@@ -29,7 +32,11 @@ from app.probe.schedule import (
     ScheduleFormat,
     render_schedule,
 )
-from app.settings import get_settings
+
+if TYPE_CHECKING:
+    from app.domain.waste import Finding
+    from app.models import ProbeRun
+    from app.probe import service
 
 probe_app = typer.Typer(
     help="Continuous acceptance benchmarking: a fixed, versioned probe set sent through each "
@@ -141,10 +148,10 @@ def probe_run(
     model: ModelOption = None,
     concurrency: ConcurrencyOption = 1,
     probe_set: ProbeSetOption = None,
-    team: TeamOption = service.DEFAULT_TEAM,
+    team: TeamOption = DEFAULT_TEAM,
     timeout: Annotated[
         float, typer.Option(min=1, help="Seconds each request may take.")
-    ] = service.DEFAULT_TIMEOUT_S,
+    ] = DEFAULT_TIMEOUT_S,
     as_json: JsonOption = False,
 ) -> None:
     """Send the probe set through the deployment's metering proxy once and store the run:
@@ -152,6 +159,11 @@ def probe_run(
     Exit status 1 if a request failed (the run is stored all the same)."""
     if not key:
         raise typer.BadParameter(f"give --key or set {KEY_ENV}", param_hint="--key")
+    from sqlalchemy.orm import Session
+
+    from app.probe import service
+    from app.settings import get_settings
+
     settings = get_settings()
     with user_errors(), open_engine(settings) as engine:
         chosen = _probe_set(probe_set)
@@ -190,6 +202,10 @@ def probe_list(
     as_json: JsonOption = False,
 ) -> None:
     """Probe runs, newest first."""
+    from app.db import read_session
+    from app.probe import service
+    from app.settings import get_settings
+
     with user_errors(), open_engine(get_settings()) as engine, read_session(engine) as session:
         runs = service.list_runs(session, deployment=deployment, limit=limit)
     if as_json:
@@ -202,6 +218,8 @@ def probe_list(
 
 
 def _series_row(series: service.ProbeSeries, now: datetime) -> dict[str, Any]:
+    from app.probe import service
+
     drift = series.drift
     return {
         "deployment": series.deployment,
@@ -259,6 +277,10 @@ def probe_drift(
     {baseline} runs (median and MAD), k = {k}, h = {h}. A drift is dated at the first run of
     the lower acceptance and costed as the deployment's spend since then times the extra
     verification work. `specledger alerts check` alerts on it."""
+    from app.db import read_session
+    from app.probe import service
+    from app.settings import get_settings
+
     settings = get_settings()
     now = datetime.now(UTC)
     with user_errors(), open_engine(settings) as engine, read_session(engine) as session:
@@ -348,7 +370,7 @@ def probe_schedule(
         model=model,
         concurrency=concurrency,
         probe_set=probe_set,
-        team=team if team and team != service.DEFAULT_TEAM else None,
+        team=team if team and team != DEFAULT_TEAM else None,
     )
     with user_errors():
         text = render_schedule(

@@ -1,17 +1,18 @@
 """``specledger speculation``: speculation health, e.g. which draft positions pay."""
 
+from __future__ import annotations
+
 import json
 from datetime import UTC, datetime
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from app.cli._support import open_engine, user_errors
-from app.db import read_session
 from app.domain.windows import GRAMMAR, parse_window
-from app.settings import get_settings
-from app.speculation.positions import positions_report
-from app.speculation.schemas import DeploymentPositionsRead, positions_read
+
+if TYPE_CHECKING:
+    from app.speculation.schemas import DeploymentPositionsRead
 
 speculation_app = typer.Typer(
     help="Speculation health: acceptance per draft position and the k it advises.",
@@ -30,6 +31,11 @@ def positions(
     the positions that pay and the num_speculative_tokens to set. A position's cost comes
     from the deployment's stored breakeven fit at its mean concurrency, or else from a
     floor of 0.25 tokens per step (see app/domain/acceptance_positions.py)."""
+    from app.db import read_session
+    from app.settings import get_settings
+    from app.speculation.positions import positions_report
+    from app.speculation.schemas import positions_read
+
     settings = get_settings()
     with user_errors():
         parsed = parse_window(window, now=datetime.now(UTC))
