@@ -1,8 +1,6 @@
 """CLI commands for alerts: webhooks, test alerts, sending what is due, the delivery log
 (mounted by app.cli)."""
 
-from __future__ import annotations
-
 import json
 import time
 from datetime import UTC, datetime
@@ -45,7 +43,7 @@ def _iso(moment: datetime | None) -> str | None:
     return f"{moment:%Y-%m-%dT%H:%M:%SZ}" if moment else None
 
 
-def _webhook_row(hook: service.WebhookInfo) -> dict[str, Any]:
+def _webhook_row(hook: "service.WebhookInfo") -> dict[str, Any]:
     return {
         "id": hook.id,
         "name": hook.name,
@@ -177,7 +175,7 @@ def alerts_test(
     raise typer.Exit(1)
 
 
-def _deliver_once(engine: Engine, *, limit: int, timeout: float) -> delivery.DeliverySummary:
+def _deliver_once(engine: "Engine", *, limit: int, timeout: float) -> "delivery.DeliverySummary":
     from app.alerts import delivery
 
     with delivery.make_client() as client:
@@ -186,7 +184,7 @@ def _deliver_once(engine: Engine, *, limit: int, timeout: float) -> delivery.Del
         )
 
 
-def _summary_row(summary: delivery.DeliverySummary) -> dict[str, Any]:
+def _summary_row(summary: "delivery.DeliverySummary") -> dict[str, Any]:
     return {
         "delivered": summary.delivered,
         "retrying": summary.retrying,

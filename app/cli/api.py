@@ -1,7 +1,5 @@
 """CLI commands for the HTTP API: API keys and ``serve`` (mounted by app.cli)."""
 
-from __future__ import annotations
-
 import json
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -106,7 +104,7 @@ def keys_create(
     typer.echo(created.secret)
 
 
-def _summary(key: ApiKey) -> dict[str, Any]:
+def _summary(key: "ApiKey") -> dict[str, Any]:
     row: dict[str, Any] = {
         "id": key.id,
         "prefix": key.prefix,

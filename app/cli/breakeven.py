@@ -1,8 +1,6 @@
 """CLI commands for load sweeps, the breakeven fit, its schedule and the tiers (mounted by
 app.cli)."""
 
-from __future__ import annotations
-
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -157,7 +155,7 @@ def apply(
     typer.echo(f"next start: specledger engine start --config {applied.engine_path}")
 
 
-def _with_session(sweep: int | None, ask: Callable[[Session | None], T]) -> T:
+def _with_session(sweep: int | None, ask: "Callable[[Session | None], T]") -> T:
     """Ask with a database session when a sweep is named; the catalog alone needs none."""
     from app.db import read_session
     from app.settings import get_settings

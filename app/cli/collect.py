@@ -1,8 +1,6 @@
 """``specledger collect``: meter vLLM from its OpenTelemetry request spans, with no proxy
 in the path (uvicorn). Mounted on the main CLI with ``register(app)``."""
 
-from __future__ import annotations
-
 import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -18,7 +16,7 @@ _err = Console(stderr=True)
 _REPLICA_KEYS = ("deployment", "name", "gpus", "model", "spec", "k")
 
 
-def parse_replica(text: str) -> tuple[str, ReplicaInfo]:
+def parse_replica(text: str) -> "tuple[str, ReplicaInfo]":
     """Parse ``IDENTITY[,deployment=D][,name=R][,gpus=N][,model=M][,spec=METHOD][,k=K]``.
 
     Raises:

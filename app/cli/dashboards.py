@@ -3,8 +3,6 @@
 Mounted on the main CLI with ``register(app)``.
 """
 
-from __future__ import annotations
-
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -22,7 +20,7 @@ dashboards_app = typer.Typer(
 
 
 def export_pages(
-    engine: Engine,
+    engine: "Engine",
     out_dir: Path,
     *,
     month: str | None = None,

@@ -6,8 +6,6 @@ breakeven, writes a synthetic FOCUS bill for the demo deployment from the price 
 ingests and allocates it, then serves the API and dashboards.
 """
 
-from __future__ import annotations
-
 import json
 import random
 import subprocess
@@ -59,8 +57,8 @@ class DemoResult:
 
 
 def run_demo(
-    engine: Engine,
-    settings: Settings,
+    engine: "Engine",
+    settings: "Settings",
     *,
     step: Step,
     sweep: bool = True,
@@ -146,7 +144,7 @@ DEMO_BUDGET_MICROS = 2_000_000
 budgets page."""
 
 
-def _budgets(engine: Engine, settings: Settings) -> None:
+def _budgets(engine: "Engine", settings: "Settings") -> None:
     """A monthly budget per demo team (kept across runs)."""
     from app.budgets.service import NewBudget, create_budget, list_budgets
     from app.db import unit_of_work
@@ -166,7 +164,7 @@ def _budgets(engine: Engine, settings: Settings) -> None:
                 )
 
 
-def _team_keys(engine: Engine) -> dict[str, str]:
+def _team_keys(engine: "Engine") -> dict[str, str]:
     """A proxy key per demo team (new ones each run: a key is shown only once)."""
     from sqlalchemy.orm import Session
 
@@ -190,7 +188,7 @@ async def _workload(url: str, keys: dict[str, str], requests_per_team: int) -> i
 
     rng = random.Random(7)
 
-    async def session(client: httpx.AsyncClient, team: str, number: int) -> int:
+    async def session(client: "httpx.AsyncClient", team: str, number: int) -> int:
         headers = {
             "Authorization": f"Bearer {keys[team]}",
             "X-Session-Id": f"{team}-session-{number}",
@@ -220,7 +218,7 @@ async def _workload(url: str, keys: dict[str, str], requests_per_team: int) -> i
     return sum(counts)
 
 
-def _sweep(data_dir: Path, settings: Settings) -> Path:
+def _sweep(data_dir: Path, settings: "Settings") -> Path:
     out = data_dir / "demo-sweep.csv"
     subprocess.run(
         [
@@ -243,7 +241,7 @@ def _sweep(data_dir: Path, settings: Settings) -> Path:
     return out
 
 
-def _summary(engine: Engine, month: Month) -> list[str]:
+def _summary(engine: "Engine", month: Month) -> list[str]:
     from app.db import read_session
     from app.ledger.costs import unit_costs
     from app.ledger.reconcile import reconcile

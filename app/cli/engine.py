@@ -3,8 +3,6 @@
 Importable without vLLM or torch: vLLM runs from its own venv as a child process.
 """
 
-from __future__ import annotations
-
 import time
 from enum import StrEnum
 from pathlib import Path
@@ -359,7 +357,7 @@ def _speculation(
     prompt_lookup_max: int,
     draft_model: Path | None,
     cache: Path,
-) -> Speculation:
+) -> "Speculation":
     from serving.engine.config import DraftModelSpeculation, NgramSpeculation, NoSpeculation
 
     if spec is SpecMethod.none:
@@ -377,7 +375,7 @@ def _speculation(
     return DraftModelSpeculation(draft_model=str(draft.resolve()), k=k)
 
 
-def _parse_schedule(text: str) -> tuple[BatchSizeBand, ...]:
+def _parse_schedule(text: str) -> "tuple[BatchSizeBand, ...]":
     """Parse ``'1-4:4,5-256:0'`` into bands."""
     from serving.engine.config import BatchSizeBand
 

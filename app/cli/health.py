@@ -15,7 +15,6 @@ import typer
 
 from app.cli._support import open_engine, user_errors
 from app.domain.money import format_micros
-from app.domain.numa import Severity, TopologyError, parse_cpulist
 
 health_app = typer.Typer(
     help="Engine health of the serving hosts: the draft model's memory measured from vLLM's "
@@ -33,6 +32,8 @@ _JSON = typer.Option("--json", help="Print JSON.")
 
 
 def _gpu_list(text: str | None, option: str) -> tuple[int, ...] | None:
+    from app.domain.numa import TopologyError, parse_cpulist
+
     if text is None:
         return None
     try:
@@ -76,6 +77,7 @@ def numa(
     and the path between them (NVLink, PIX best ... SYS worst), and the CPU backend's thread
     binding on the GPUs' node. Exit status 1 when something crosses sockets."""
     from app.domain.engine_memory import parse_startup_log
+    from app.domain.numa import Severity
     from app.engine_health.draft_memory import read_log
     from app.engine_health.numa import numa_check
 

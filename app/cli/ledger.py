@@ -1,7 +1,5 @@
 """CLI commands for the registry, allocation and the ledger (mounted by app.cli)."""
 
-from __future__ import annotations
-
 import json
 import sys
 from datetime import datetime
@@ -32,14 +30,14 @@ deployments_app = typer.Typer(
 )
 
 
-def month_window(month: str) -> Window:
+def month_window(month: str) -> "Window":
     """The calendar month YYYY-MM as a half-open UTC window."""
     from app.allocation.windowing import Window
 
     return Window.of_month(parse_month(month))
 
 
-def window_from(month: str | None, start: datetime | None, end: datetime | None) -> Window:
+def window_from(month: str | None, start: datetime | None, end: datetime | None) -> "Window":
     from app.allocation.windowing import Window
 
     if month and (start or end):

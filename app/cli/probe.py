@@ -3,8 +3,6 @@ a deployment's metering proxy, list the runs, judge drift against each deploymen
 baseline, and print the cron / systemd / Kubernetes schedule that runs it (mounted by
 app.cli)."""
 
-from __future__ import annotations
-
 import json
 import shutil
 import sys
@@ -83,7 +81,7 @@ def _round(value: float | None, places: int = 4) -> float | None:
     return None if value is None else round(value, places)
 
 
-def _run_row(run: ProbeRun) -> dict[str, Any]:
+def _run_row(run: "ProbeRun") -> dict[str, Any]:
     return {
         "id": run.id,
         "deployment": run.deployment,
@@ -121,7 +119,7 @@ def _num(value: float | None, fmt: str = ".1f") -> str:
     return "-" if value is None else format(value, fmt)
 
 
-def _run_line(run: ProbeRun) -> str:
+def _run_line(run: "ProbeRun") -> str:
     positions = " ".join(f"{r:.0%}" for r in run.acceptance_per_position) or "-"
     return (
         f"{run.id:>5}  {_iso(run.started_at)}  {run.deployment:<16} {run.probe_set_version:<4} "
@@ -217,7 +215,7 @@ def probe_list(
         typer.echo(_run_line(run))
 
 
-def _series_row(series: service.ProbeSeries, now: datetime) -> dict[str, Any]:
+def _series_row(series: "service.ProbeSeries", now: datetime) -> dict[str, Any]:
     from app.probe import service
 
     drift = series.drift
@@ -255,7 +253,7 @@ def _money(micros: int) -> str:
     return format_micros(micros)
 
 
-def _finding_row(finding: Finding) -> dict[str, Any]:
+def _finding_row(finding: "Finding") -> dict[str, Any]:
     return {
         "kind": str(finding.kind),
         "scope": str(finding.scope),

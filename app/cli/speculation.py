@@ -1,7 +1,5 @@
 """``specledger speculation``: speculation health, e.g. which draft positions pay."""
 
-from __future__ import annotations
-
 import json
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Annotated
@@ -60,7 +58,7 @@ def positions(
         typer.echo("\n".join(_lines(found)))
 
 
-def _lines(found: DeploymentPositionsRead) -> list[str]:
+def _lines(found: "DeploymentPositionsRead") -> list[str]:
     length = "-" if found.mean_acceptance_length is None else f"{found.mean_acceptance_length}"
     basis = (
         f"costs from sweep {found.sweep_id}'s fit at concurrency {found.mean_concurrency}"

@@ -1,7 +1,5 @@
 """``specledger breakeven sweep``: measure speculation configs against concurrency."""
 
-from __future__ import annotations
-
 import hashlib
 import math
 import sys
@@ -34,7 +32,7 @@ def _levels(text: str) -> list[int]:
     return levels
 
 
-def row_of(target: SweepTarget, stats: LevelStats) -> SweepRow:
+def row_of(target: "SweepTarget", stats: "LevelStats") -> "SweepRow":
     """A sweep CSV row from one measured level."""
     from app.breakeven.sweep_file import SweepRow
     from app.domain.breakeven.sweep import SweepPoint
@@ -67,12 +65,12 @@ def _targets(
     engine_configs: list[Path],
     proxies: list[str],
     *,
-    base: EngineConfig,
+    base: "EngineConfig",
     proxy_key: str | None = None,
     k: int,
     draft_model: Path,
     allow_empty: bool = False,
-) -> list[SweepTarget]:
+) -> "list[SweepTarget]":
     from pydantic import ValidationError
 
     from serving.engine.config import load_engine_config as read_engine_config
@@ -113,7 +111,7 @@ def _targets(
     return targets
 
 
-def _print_row(row: SweepRow) -> None:
+def _print_row(row: "SweepRow") -> None:
     p, m = row.point, row.metrics
     acceptance = (
         ""
@@ -334,7 +332,7 @@ def sweep(
 
 def _store(
     out: Path,
-    rows: list[SweepRow],
+    rows: "list[SweepRow]",
     *,
     levels: list[int],
     specs: str,
