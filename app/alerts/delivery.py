@@ -27,6 +27,7 @@ from app.alerts.service import create_test_delivery, get_webhook
 from app.db import read_session, unit_of_work
 from app.domain.alerts import (
     DEFAULT_RETRY,
+    DEFAULT_TIMEOUT_SECONDS,
     DELIVERY_HEADER,
     EVENT_HEADER,
     SIGNATURE_HEADER,
@@ -45,8 +46,6 @@ from app.models.alert import AlertDelivery, AlertWebhook
 
 log = logging.getLogger("specledger.alerts")
 
-DEFAULT_TIMEOUT_SECONDS = 5.0
-"""Per request (connect, write, read each): a slow receiver must not hold the queue."""
 CLAIM = timedelta(minutes=10)
 """How long a claimed delivery is left alone by other deliverers. Longer than one request
 can take, and than one run's time budget."""

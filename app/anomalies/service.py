@@ -12,7 +12,6 @@ a deployment-hour), and :func:`app.domain.anomalies.explain` says what moved.
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from enum import StrEnum
 from typing import Any
 
 from sqlalchemy import ColumnElement, func, select
@@ -30,16 +29,11 @@ from app.domain.anomalies import (
     explain,
 )
 from app.domain.budgets import BudgetScope, ScopeKind
+from app.domain.granularity import Granularity as Granularity
 from app.domain.ledger import EntryKind
 from app.domain.money import format_micros
 from app.ledger.repository import current_run_ids
 from app.models import LedgerRollup, UsageRecord
-
-
-class Granularity(StrEnum):
-    day = "day"
-    hour = "hour"
-
 
 SEASON = {Granularity.day: 7, Granularity.hour: 168}
 """Days repeat weekly; hours too (a weekday hour is not a weekend hour: judged by the day

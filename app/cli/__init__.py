@@ -1,5 +1,9 @@
 """The ``specledger`` command line: one root that mounts every command group. Each
-subcommand's --help explains it."""
+subcommand's --help explains it.
+
+Importing it is cheap (tests/test_cli_startup.py): the command modules import their heavy
+libraries inside the commands. Help text is reflowed to the terminal's width (app.cli._help).
+"""
 
 import typer
 
@@ -24,6 +28,7 @@ from app.cli import (
     speculation,
     usage,
 )
+from app.cli._help import ReflowingGroup
 
 app = typer.Typer(
     help="SpecLedger: what speculative LLM serving costs, per session and team, reconciled to "
@@ -31,6 +36,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    cls=ReflowingGroup,
 )
 ingest_app = typer.Typer(help="Load billing (FOCUS) and usage data.", no_args_is_help=True)
 app.add_typer(ingest_app, name="ingest")

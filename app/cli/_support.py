@@ -1,22 +1,28 @@
-"""Shared pieces of the command line: consoles, clean errors, engines, progress bars."""
+"""Shared pieces of the command line: consoles, clean errors, engines, progress bars.
+
+Start-up stays fast: this module and the command modules import only typer, rich's console
+and light domain modules at top level; SQLAlchemy, Alembic, pydantic, the stores and the
+engines are imported inside the functions that use them (tests/test_cli_startup.py)."""
+
+from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 import typer
-from pydantic import ValidationError
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-from sqlalchemy import Engine
 
-from app import migrate
-from app.db import make_engine
 from app.domain.errors import Invalid, SpecLedgerError
 from app.domain.periods import InvalidMonth, Month
-from app.kit.dataset_store import DatasetStore
-from app.settings import Settings
+
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
+
+    from app.kit.dataset_store import DatasetStore
+    from app.settings import Settings
 
 err = Console(stderr=True)
 out = Console()
@@ -35,7 +41,12 @@ def user_errors() -> Iterator[None]:
     except SpecLedgerError as exc:
         _print_error(exc.message)
         raise typer.Exit(2) from None
-    except ValidationError as exc:  # a config file or options that make an invalid config
+    except Exception as exc:
+        from pydantic import ValidationError
+
+        if not isinstance(exc, ValidationError):
+            raise
+        # a config file or options that make an invalid config
         _print_error(f"invalid configuration: {exc}")
         raise typer.Exit(2) from None
 
@@ -61,6 +72,9 @@ def parse_month(text: str) -> Month:
 def open_engine(settings: Settings) -> Iterator[Engine]:
     """An engine on a current schema, disposed afterwards. The embedded SQLite database is
     migrated on first use; PostgreSQL must be migrated explicitly (`specledger db upgrade`)."""
+    from app import migrate
+    from app.db import make_engine
+
     engine = make_engine(settings.database_url)
     try:
         migrate.ensure_schema(
@@ -81,6 +95,8 @@ def progress_bar(enabled: bool) -> Iterator[ProgressHook | None]:
     if not enabled:
         yield None
         return
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
     with Progress(
         TextColumn("{task.description:<32}"),
         BarColumn(),
@@ -99,6 +115,8 @@ def progress_bar(enabled: bool) -> Iterator[ProgressHook | None]:
 
 def open_store(settings: Settings, uri: str | None = None) -> DatasetStore | None:
     """The Parquet store an option or SPECLEDGER_LEDGER_STORE names, or None."""
+    from app.kit.dataset_store import DatasetStore
+
     return DatasetStore.named(
         uri or settings.ledger_store, s3_endpoint_url=settings.s3_endpoint_url
     )

@@ -9,9 +9,7 @@ from typing import Annotated
 import typer
 
 from app.cli._support import open_engine, parse_month, user_errors
-from app.db import read_session
 from app.domain.periods import Month
-from app.settings import get_settings
 
 advise_app = typer.Typer(
     help="Settings to apply, from the ledger's load and cost and the fitted breakeven curve.",
@@ -74,6 +72,8 @@ def ray(
     advice at the ledger's node-hour price."""
     from app.autoscaling.render import advice_json, advice_text, advice_yaml
     from app.autoscaling.service import RayAdviceRequest, ray_advice
+    from app.db import read_session
+    from app.settings import get_settings
 
     if output_format not in _FORMATS:
         raise typer.BadParameter("--format must be yaml, json or text")

@@ -4,17 +4,23 @@
 import json
 import time
 from datetime import UTC, datetime
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from sqlalchemy import Engine
 
-from app.alerts import delivery, service
 from app.cli._support import err, open_engine, user_errors
-from app.db import read_session, unit_of_work
-from app.domain.alerts import PRODUCER_KINDS, AlertKind, DeliveryStatus, WebhookFormat
-from app.settings import get_settings
-from app.watch import check_everything
+from app.domain.alerts import (
+    DEFAULT_TIMEOUT_SECONDS,
+    PRODUCER_KINDS,
+    AlertKind,
+    DeliveryStatus,
+    WebhookFormat,
+)
+
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
+
+    from app.alerts import delivery, service
 
 alerts_app = typer.Typer(
     help="Alerts as signed webhooks (budget thresholds, forecast crossings, anomalies, waste "
@@ -37,7 +43,7 @@ def _iso(moment: datetime | None) -> str | None:
     return f"{moment:%Y-%m-%dT%H:%M:%SZ}" if moment else None
 
 
-def _webhook_row(hook: service.WebhookInfo) -> dict[str, Any]:
+def _webhook_row(hook: "service.WebhookInfo") -> dict[str, Any]:
     return {
         "id": hook.id,
         "name": hook.name,
@@ -79,6 +85,10 @@ def webhooks_add(
 ) -> None:
     """Add a webhook and print its signing secret. The secret is shown this once: receivers
     check each request's X-SpecLedger-Signature header with it (HMAC-SHA256)."""
+    from app.alerts import service
+    from app.db import unit_of_work
+    from app.settings import get_settings
+
     with user_errors(), open_engine(get_settings()) as engine, unit_of_work(engine) as session:
         created = service.add_webhook(
             session, name=name, url=url, format=fmt, kinds=kinds, now=datetime.now(UTC)
@@ -101,6 +111,10 @@ def webhooks_list(
     as_json: JsonOption = False,
 ) -> None:
     """List webhooks (URLs redacted; secrets are never shown again)."""
+    from app.alerts import service
+    from app.db import read_session
+    from app.settings import get_settings
+
     with user_errors(), open_engine(get_settings()) as engine, read_session(engine) as session:
         rows = [
             _webhook_row(h)
@@ -125,6 +139,10 @@ def webhooks_disable(
     name: Annotated[str, typer.Argument(help="The webhook's name (see `alerts webhooks list`).")],
 ) -> None:
     """Disable a webhook: it gets no new alerts, and its pending deliveries are marked failed."""
+    from app.alerts import service
+    from app.db import unit_of_work
+    from app.settings import get_settings
+
     with user_errors(), open_engine(get_settings()) as engine, unit_of_work(engine) as session:
         hook = service.disable_webhook(session, name, now=datetime.now(UTC))
     typer.echo(f"webhook {hook.name} disabled")
@@ -133,10 +151,13 @@ def webhooks_disable(
 @alerts_app.command("test")
 def alerts_test(
     name: Annotated[str, typer.Argument(help="The webhook's name.")],
-    timeout: TimeoutOption = delivery.DEFAULT_TIMEOUT_SECONDS,
+    timeout: TimeoutOption = DEFAULT_TIMEOUT_SECONDS,
 ) -> None:
     """Send a test alert to one webhook now, once, and say whether it arrived (exit status 1
     if not). It is logged like any delivery, and is not retried."""
+    from app.alerts import delivery
+    from app.settings import get_settings
+
     with user_errors(), open_engine(get_settings()) as engine, delivery.make_client() as client:
         outcome = delivery.send_test(
             engine, client, name, now=datetime.now(UTC), timeout_seconds=timeout
@@ -154,14 +175,16 @@ def alerts_test(
     raise typer.Exit(1)
 
 
-def _deliver_once(engine: Engine, *, limit: int, timeout: float) -> delivery.DeliverySummary:
+def _deliver_once(engine: "Engine", *, limit: int, timeout: float) -> "delivery.DeliverySummary":
+    from app.alerts import delivery
+
     with delivery.make_client() as client:
         return delivery.deliver_due(
             engine, client, datetime.now(UTC), limit=limit, timeout_seconds=timeout
         )
 
 
-def _summary_row(summary: delivery.DeliverySummary) -> dict[str, Any]:
+def _summary_row(summary: "delivery.DeliverySummary") -> dict[str, Any]:
     return {
         "delivered": summary.delivered,
         "retrying": summary.retrying,
@@ -194,11 +217,13 @@ def alerts_deliver(
         ),
     ] = None,
     limit: Annotated[int, typer.Option(min=1, help="At most this many sends per round.")] = 100,
-    timeout: TimeoutOption = delivery.DEFAULT_TIMEOUT_SECONDS,
+    timeout: TimeoutOption = DEFAULT_TIMEOUT_SECONDS,
     as_json: JsonOption = False,
 ) -> None:
     """Send every alert delivery that is due, retrying failed ones with exponential backoff.
     Safe to run from several places at once: each delivery is claimed before it is sent."""
+    from app.settings import get_settings
+
     with user_errors(), open_engine(get_settings()) as engine:
         try:
             while True:
@@ -232,6 +257,10 @@ def alerts_check(
     budget, cost anomalies of the last day and hour (with their drivers), this month's
     waste findings, and deployments whose acceptance fell from their baseline (CUSUM). Each event alerts once, so run it from cron as often as you like
     (e.g. every 15 minutes, with --deliver)."""
+    from app.db import unit_of_work
+    from app.settings import get_settings
+    from app.watch import check_everything
+
     settings = get_settings()
     with user_errors(), open_engine(settings) as engine:
         with unit_of_work(engine) as session:
@@ -242,7 +271,7 @@ def alerts_check(
             f"{found.drift_alerts} acceptance drift"
         )
         if deliver:
-            summary = _deliver_once(engine, limit=100, timeout=delivery.DEFAULT_TIMEOUT_SECONDS)
+            summary = _deliver_once(engine, limit=100, timeout=DEFAULT_TIMEOUT_SECONDS)
             typer.echo(
                 f"delivered {summary.delivered}, retrying {summary.retrying}, "
                 f"failed {summary.failed}"
@@ -261,6 +290,10 @@ def alerts_log(
 ) -> None:
     """The delivery log, newest first: each alert per webhook, its status, attempts and
     last error."""
+    from app.alerts import service
+    from app.db import read_session
+    from app.settings import get_settings
+
     with user_errors(), open_engine(get_settings()) as engine, read_session(engine) as session:
         entries = service.delivery_log(
             session, status=status, webhook=webhook, kind=kind, limit=limit

@@ -6,11 +6,8 @@ from typing import Annotated
 
 import typer
 
-from app.anomalies.router import anomaly_read
-from app.anomalies.service import Granularity, find_anomalies
 from app.cli._support import open_engine, user_errors
-from app.db import read_session
-from app.settings import get_settings
+from app.domain.granularity import Granularity
 
 
 def anomalies(
@@ -25,6 +22,11 @@ def anomalies(
     """Cost anomalies per deployment and team, newest first, each with the drivers that
     moved it, in money (seasonal medians with a MAD threshold; see app/domain/anomalies/).
     Use `specledger alerts check` to alert on them."""
+    from app.anomalies.router import anomaly_read
+    from app.anomalies.service import find_anomalies
+    from app.db import read_session
+    from app.settings import get_settings
+
     settings = get_settings()
     with user_errors(), open_engine(settings) as engine, read_session(engine) as session:
         reports = find_anomalies(

@@ -1,17 +1,15 @@
 """CLI commands for the HTTP API: API keys and ``serve`` (mounted by app.cli)."""
 
 import json
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from sqlalchemy.orm import Session
 
-from app.auth import service as keys
 from app.cli._support import open_engine, out, user_errors
-from app.db import read_session
 from app.domain.attribution import parse_tags
-from app.models import ApiKey
-from app.settings import get_settings
+
+if TYPE_CHECKING:
+    from app.models import ApiKey
 
 keys_app = typer.Typer(
     help="Create, list and revoke API keys (read the REST API) and proxy keys (decide who "
@@ -68,6 +66,11 @@ def keys_create(
 ) -> None:
     """Create an API key (or, with --proxy, a proxy key) and print it. It is shown this once:
     only its hash is stored."""
+    from sqlalchemy.orm import Session
+
+    from app.auth import service as keys
+    from app.settings import get_settings
+
     proxy_only = {"--cost-center": cost_center, "--tags": tags, "--deployments": deployments,
                   "--gateway": gateway or None}  # fmt: skip
     given = [option for option, value in proxy_only.items() if value is not None]
@@ -101,7 +104,7 @@ def keys_create(
     typer.echo(created.secret)
 
 
-def _summary(key: ApiKey) -> dict[str, Any]:
+def _summary(key: "ApiKey") -> dict[str, Any]:
     row: dict[str, Any] = {
         "id": key.id,
         "prefix": key.prefix,
@@ -139,6 +142,10 @@ def keys_list(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """List API keys by id and prefix (the keys themselves are not stored)."""
+    from app.auth import service as keys
+    from app.db import read_session
+    from app.settings import get_settings
+
     with open_engine(get_settings()) as engine, read_session(engine) as session:
         rows = [_summary(k) for k in keys.list_keys(session, include_revoked=all_keys)]
     if as_json:
@@ -159,6 +166,11 @@ def keys_revoke(
 ) -> None:
     """Revoke an API key or proxy key: requests with it are refused from now on (a running
     proxy notices within half a second)."""
+    from sqlalchemy.orm import Session
+
+    from app.auth import service as keys
+    from app.settings import get_settings
+
     with (
         user_errors(),
         open_engine(get_settings()) as engine,
@@ -178,6 +190,8 @@ def serve(
     """Serve the REST API (docs at /docs) with uvicorn. The embedded SQLite database is
     migrated first; PostgreSQL must be current (`specledger db upgrade`)."""
     import uvicorn
+
+    from app.settings import get_settings
 
     with user_errors(), open_engine(get_settings()):
         pass  # migrates SQLite, or says what to run

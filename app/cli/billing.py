@@ -19,7 +19,6 @@ from app.cli._support import (
     user_errors,
 )
 from app.domain.periods import Month
-from app.settings import get_settings
 
 billing_app = typer.Typer(help="Billing utilities (synthetic FOCUS bills).", no_args_is_help=True)
 
@@ -72,6 +71,7 @@ def ingest_billing(
     Anything that cannot be repaired rejects the input with the file, row and column, and
     nothing is written.
     """
+    from app.settings import get_settings
     from ingest.normalize import NormaliseOptions
     from ingest.service import IngestOptions
     from ingest.service import ingest_billing as run

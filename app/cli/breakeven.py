@@ -4,18 +4,15 @@ app.cli)."""
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, TypeVar
+from typing import TYPE_CHECKING, Annotated, TypeVar
 
 import typer
-from sqlalchemy.orm import Session
 
-from app.breakeven import recommendation, service, tiers
-from app.breakeven.render import fit_report, recommendation_text, tiers_text
 from app.cli._support import open_engine, user_errors
-from app.db import read_session
-from app.settings import get_settings
-from serving.engine.config import DEFAULT_ENGINES_DIR
-from serving.engine.schedule import apply_schedule
+from serving.engine.paths import DEFAULT_ENGINES_DIR
+
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session
 
 breakeven_app = typer.Typer(
     help="When speculation pays off: load sweeps, the breakeven fit, the vLLM schedule.",
@@ -61,6 +58,12 @@ def fit(
     num_speculative_tokens_per_batch_size. Degenerate input exits with status 2 and names the
     file, row and column.
     """
+    from sqlalchemy.orm import Session
+
+    from app.breakeven import service
+    from app.breakeven.render import fit_report
+    from app.settings import get_settings
+
     with user_errors():
         if store:
             with (
@@ -123,6 +126,11 @@ def apply(
     `specledger engine start --config <engines-dir>/<deployment>.json` runs vLLM with
     num_speculative_tokens_per_batch_size: speculate where it pays, not above the breakeven.
     """
+    from sqlalchemy.orm import Session
+
+    from app.settings import get_settings
+    from serving.engine.schedule import apply_schedule
+
     with (
         user_errors(),
         open_engine(get_settings()) as engine,
@@ -147,8 +155,11 @@ def apply(
     typer.echo(f"next start: specledger engine start --config {applied.engine_path}")
 
 
-def _with_session(sweep: int | None, ask: Callable[[Session | None], T]) -> T:
+def _with_session(sweep: int | None, ask: "Callable[[Session | None], T]") -> T:
     """Ask with a database session when a sweep is named; the catalog alone needs none."""
+    from app.db import read_session
+    from app.settings import get_settings
+
     if sweep is None:
         return ask(None)
     with open_engine(get_settings()) as engine, read_session(engine) as session:
@@ -167,6 +178,9 @@ def tiers_show(
     range; beside them the brief's quoted monthly cost, cost per 1K session-seconds and
     speedup (with their source), each flagged within, below or above the computed figure, with
     the reason, and with --sweep the speedup the sweep measured."""
+    from app.breakeven import tiers
+    from app.breakeven.render import tiers_text
+
     with user_errors():
         report = _with_session(sweep, lambda session: tiers.tiers_report(session, sweep_id=sweep))
     typer.echo(json.dumps(report, indent=2) if as_json else tiers_text(report))
@@ -184,6 +198,9 @@ def tiers_recommend(
     """Recommend the cheapest tier that meets a TPOT p90 target at a concurrency, with the
     speculation mode to run and the reasoning for every tier, and the brief's quoted figures
     against the computed ones at that load."""
+    from app.breakeven import recommendation
+    from app.breakeven.render import recommendation_text
+
     with user_errors():
         result = _with_session(
             sweep,

@@ -6,15 +6,10 @@ from decimal import Decimal, InvalidOperation
 from typing import Annotated, Any
 
 import typer
-from sqlalchemy.orm import Session
 
-from app.budgets import service
-from app.budgets.router import read
 from app.cli._support import as_utc, open_engine, user_errors
-from app.db import read_session
 from app.domain.budgets import BudgetScope, PeriodKind
 from app.domain.money import decimal_to_micros
-from app.settings import get_settings
 
 budgets_app = typer.Typer(
     help="Budgets per team, cost center, deployment or tag: thresholds that alert, an optional "
@@ -59,6 +54,11 @@ def create(
     ] = None,
 ) -> None:
     """Create a budget."""
+    from sqlalchemy.orm import Session
+
+    from app.budgets import service
+    from app.settings import get_settings
+
     try:
         parsed_scope = BudgetScope.parse(scope)
         percents = [int(t) for t in thresholds.split(",") if t.strip()]
@@ -88,6 +88,11 @@ def create(
 
 
 def _reports(ident: str | None) -> list[dict[str, Any]]:
+    from app.budgets import service
+    from app.budgets.router import read
+    from app.db import read_session
+    from app.settings import get_settings
+
     now = datetime.now(UTC)
     with user_errors(), open_engine(get_settings()) as engine, read_session(engine) as session:
         budgets = [service.get_budget(session, ident)] if ident else service.list_budgets(session)
@@ -153,6 +158,11 @@ def show(
 @budgets_app.command("archive")
 def archive(budget: Annotated[str, typer.Argument(help="Budget id or name.")]) -> None:
     """Archive a budget: it stops alerting and limiting."""
+    from sqlalchemy.orm import Session
+
+    from app.budgets import service
+    from app.settings import get_settings
+
     with (
         user_errors(),
         open_engine(get_settings()) as engine,
@@ -168,6 +178,11 @@ def archive(budget: Annotated[str, typer.Argument(help="Budget id or name.")]) -
 def check() -> None:
     """Raise alerts for thresholds reached and forecasts over budget (one per event; run it
     from cron, then `specledger alerts deliver`)."""
+    from sqlalchemy.orm import Session
+
+    from app.budgets import service
+    from app.settings import get_settings
+
     now = datetime.now(UTC)
     with (
         user_errors(),

@@ -1,29 +1,29 @@
 """``specledger collect``: meter vLLM from its OpenTelemetry request spans, with no proxy
 in the path (uvicorn). Mounted on the main CLI with ``register(app)``."""
 
-from __future__ import annotations
-
 import logging
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 
-from serving.collector.app import CollectorConfig, create_collector_app
-from serving.collector.timeline import ReplicaInfo
+if TYPE_CHECKING:
+    from serving.collector.timeline import ReplicaInfo
 
 _err = Console(stderr=True)
 
 _REPLICA_KEYS = ("deployment", "name", "gpus", "model", "spec", "k")
 
 
-def parse_replica(text: str) -> tuple[str, ReplicaInfo]:
+def parse_replica(text: str) -> "tuple[str, ReplicaInfo]":
     """Parse ``IDENTITY[,deployment=D][,name=R][,gpus=N][,model=M][,spec=METHOD][,k=K]``.
 
     Raises:
         typer.BadParameter: On an unknown key or a bad value.
     """
+    from serving.collector.timeline import ReplicaInfo
+
     identity, *items = (part.strip() for part in text.split(","))
     if not identity or "=" in identity:
         raise typer.BadParameter(
@@ -144,6 +144,7 @@ def collect(
 
     from app.cli._support import open_engine, user_errors
     from app.settings import get_settings
+    from serving.collector.app import CollectorConfig, create_collector_app
 
     settings = get_settings()
     if no_db and jsonl is None:

@@ -4,14 +4,14 @@ Mounted on the main CLI with ``register(app)``.
 """
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from sqlalchemy import Engine
 
 from app.cli._support import open_engine, parse_month, user_errors
-from app.settings import get_settings
-from dashboards import breakeven_data, data, pages
+
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
 
 dashboards_app = typer.Typer(
     help="Plotly dashboards (also served by `specledger serve` under /dashboards).",
@@ -20,7 +20,7 @@ dashboards_app = typer.Typer(
 
 
 def export_pages(
-    engine: Engine,
+    engine: "Engine",
     out_dir: Path,
     *,
     month: str | None = None,
@@ -39,6 +39,8 @@ def export_pages(
     Returns:
         The files written.
     """
+    from dashboards import breakeven_data, data, pages
+
     chosen = month or data.default_month(engine)
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
@@ -117,6 +119,8 @@ def export(
     ] = False,
 ) -> None:
     """Write the cost, breakeven, speculation and tiers dashboards as static HTML files."""
+    from app.settings import get_settings
+
     if month is not None:
         month = str(parse_month(month))
     with user_errors(), open_engine(get_settings()) as engine:

@@ -4,10 +4,7 @@ from typing import Annotated
 
 import typer
 
-from app import migrate
 from app.cli._support import out
-from app.db import make_engine
-from app.settings import get_settings
 
 db_app = typer.Typer(help="Create and migrate the database schema.", no_args_is_help=True)
 
@@ -15,6 +12,10 @@ db_app = typer.Typer(help="Create and migrate the database schema.", no_args_is_
 @db_app.command("upgrade")
 def db_upgrade(revision: Annotated[str, typer.Argument(help="Target revision.")] = "head") -> None:
     """Migrate the database (SPECLEDGER_DATABASE_URL) up to REVISION (default: newest)."""
+    from app import migrate
+    from app.db import make_engine
+    from app.settings import get_settings
+
     settings = get_settings()
     make_engine(settings.database_url).dispose()  # creates the SQLite folder if needed
     migrate.upgrade(settings.database_url, revision)
@@ -30,6 +31,9 @@ def db_downgrade(
     ],
 ) -> None:
     """Migrate the database down to REVISION."""
+    from app import migrate
+    from app.settings import get_settings
+
     migrate.downgrade(get_settings().database_url, revision)
     out.print(f"database at {revision}")
 
@@ -37,6 +41,10 @@ def db_downgrade(
 @db_app.command("current")
 def db_current() -> None:
     """Show the database's migration revision and the newest one."""
+    from app import migrate
+    from app.db import make_engine
+    from app.settings import get_settings
+
     settings = get_settings()
     engine = make_engine(settings.database_url)
     current = migrate.current_revision(engine)

@@ -6,7 +6,6 @@ breakeven, writes a synthetic FOCUS bill for the demo deployment from the price 
 ingests and allocates it, then serves the API and dashboards.
 """
 
-import asyncio
 import json
 import random
 import subprocess
@@ -16,31 +15,20 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
-import httpx
 import typer
-from sqlalchemy import Engine
-from sqlalchemy.orm import Session
 
-from app.allocation.engine import PlanEngine
-from app.allocation.service import run_allocation
-from app.allocation.windowing import Window
-from app.auth.service import ProxyKeyOptions, create_key
-from app.budgets.service import NewBudget, create_budget, list_budgets
 from app.cli._support import err, open_engine, user_errors
-from app.cli.demo_drafts import serve_side_by_side, side_by_side_lines
-from app.cli.demo_serving import bill, free_port, proxy, register_deployment
-from app.db import read_session, unit_of_work
 from app.domain.budgets import BudgetScope, ScopeKind
 from app.domain.ledger import Dimension
 from app.domain.periods import Month
-from app.ledger.costs import unit_costs
-from app.ledger.reconcile import reconcile
-from app.settings import Settings, get_settings
-from serving.engine import launcher
-from serving.engine.config import EngineConfig, NgramSpeculation
-from serving.engine.model_prep import prepare_models, target_dir
+
+if TYPE_CHECKING:
+    import httpx
+    from sqlalchemy import Engine
+
+    from app.settings import Settings
 
 DEPLOYMENT = "demo-smollm2"
 DRAFT_LAYERS = 6
@@ -69,8 +57,8 @@ class DemoResult:
 
 
 def run_demo(
-    engine: Engine,
-    settings: Settings,
+    engine: "Engine",
+    settings: "Settings",
     *,
     step: Step,
     sweep: bool = True,
@@ -78,6 +66,18 @@ def run_demo(
     requests_per_team: int = 8,
 ) -> DemoResult:
     """Run every stage; ``step`` reports progress. Returns what the summary prints."""
+    import asyncio
+
+    from app.allocation.engine import PlanEngine
+    from app.allocation.service import run_allocation
+    from app.allocation.windowing import Window
+    from app.cli.demo_drafts import serve_side_by_side, side_by_side_lines
+    from app.cli.demo_serving import bill, free_port, proxy, register_deployment
+    from app.db import unit_of_work
+    from serving.engine import launcher
+    from serving.engine.config import EngineConfig, NgramSpeculation
+    from serving.engine.model_prep import prepare_models, target_dir
+
     data_dir = settings.data_dir
     result = DemoResult()
     step("preparing SmolLM2-135M-Instruct (once)")
@@ -144,8 +144,11 @@ DEMO_BUDGET_MICROS = 2_000_000
 budgets page."""
 
 
-def _budgets(engine: Engine, settings: Settings) -> None:
+def _budgets(engine: "Engine", settings: "Settings") -> None:
     """A monthly budget per demo team (kept across runs)."""
+    from app.budgets.service import NewBudget, create_budget, list_budgets
+    from app.db import unit_of_work
+
     with unit_of_work(engine) as session:
         existing = {b.name for b in list_budgets(session)}
         for team in TEAMS:
@@ -161,8 +164,12 @@ def _budgets(engine: Engine, settings: Settings) -> None:
                 )
 
 
-def _team_keys(engine: Engine) -> dict[str, str]:
+def _team_keys(engine: "Engine") -> dict[str, str]:
     """A proxy key per demo team (new ones each run: a key is shown only once)."""
+    from sqlalchemy.orm import Session
+
+    from app.auth.service import ProxyKeyOptions, create_key
+
     with Session(engine) as session, session.begin():
         return {
             team: create_key(
@@ -175,9 +182,13 @@ def _team_keys(engine: Engine) -> dict[str, str]:
 async def _workload(url: str, keys: dict[str, str], requests_per_team: int) -> int:
     """Each team runs a few sessions of sequential requests, the teams concurrently, each
     with its team's proxy key (the key, not a header, decides who pays)."""
+    import asyncio
+
+    import httpx
+
     rng = random.Random(7)
 
-    async def session(client: httpx.AsyncClient, team: str, number: int) -> int:
+    async def session(client: "httpx.AsyncClient", team: str, number: int) -> int:
         headers = {
             "Authorization": f"Bearer {keys[team]}",
             "X-Session-Id": f"{team}-session-{number}",
@@ -207,7 +218,7 @@ async def _workload(url: str, keys: dict[str, str], requests_per_team: int) -> i
     return sum(counts)
 
 
-def _sweep(data_dir: Path, settings: Settings) -> Path:
+def _sweep(data_dir: Path, settings: "Settings") -> Path:
     out = data_dir / "demo-sweep.csv"
     subprocess.run(
         [
@@ -230,7 +241,11 @@ def _sweep(data_dir: Path, settings: Settings) -> Path:
     return out
 
 
-def _summary(engine: Engine, month: Month) -> list[str]:
+def _summary(engine: "Engine", month: Month) -> list[str]:
+    from app.db import read_session
+    from app.ledger.costs import unit_costs
+    from app.ledger.reconcile import reconcile
+
     with read_session(engine) as session:
         balance = reconcile(session, month)
         costs = unit_costs(session, month=month, by=[Dimension.team])
@@ -292,6 +307,10 @@ def demo(
     for three teams, sweep speculation against concurrency and fit the breakeven, write a
     synthetic FOCUS bill for the demo deployment from the price catalog, ingest and allocate
     it, then serve the API and dashboards and print their URLs and an admin API key."""
+    from sqlalchemy.orm import Session
+
+    from app.auth.service import create_key
+    from app.settings import get_settings
 
     settings = get_settings()
     begin = time.monotonic()

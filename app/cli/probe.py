@@ -8,18 +8,19 @@ import shutil
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from sqlalchemy.orm import Session
 
 from app.cli._support import open_engine, progress_bar, user_errors
-from app.db import read_session
 from app.domain.money import format_micros
-from app.domain.probe import BASELINE_RUNS, PROBE_H, PROBE_K
-from app.domain.waste import Finding
-from app.models import ProbeRun
-from app.probe import service
+from app.domain.probe_defaults import (
+    BASELINE_RUNS,
+    DEFAULT_TEAM,
+    DEFAULT_TIMEOUT_S,
+    PROBE_H,
+    PROBE_K,
+)
 from app.probe.probe_set import BUNDLED_SHA256, ProbeSet, load_probe_set
 from app.probe.schedule import (
     DEFAULT_ENV_FILE,
@@ -29,7 +30,11 @@ from app.probe.schedule import (
     ScheduleFormat,
     render_schedule,
 )
-from app.settings import get_settings
+
+if TYPE_CHECKING:
+    from app.domain.waste import Finding
+    from app.models import ProbeRun
+    from app.probe import service
 
 probe_app = typer.Typer(
     help="Continuous acceptance benchmarking: a fixed, versioned probe set sent through each "
@@ -76,7 +81,7 @@ def _round(value: float | None, places: int = 4) -> float | None:
     return None if value is None else round(value, places)
 
 
-def _run_row(run: ProbeRun) -> dict[str, Any]:
+def _run_row(run: "ProbeRun") -> dict[str, Any]:
     return {
         "id": run.id,
         "deployment": run.deployment,
@@ -114,7 +119,7 @@ def _num(value: float | None, fmt: str = ".1f") -> str:
     return "-" if value is None else format(value, fmt)
 
 
-def _run_line(run: ProbeRun) -> str:
+def _run_line(run: "ProbeRun") -> str:
     positions = " ".join(f"{r:.0%}" for r in run.acceptance_per_position) or "-"
     return (
         f"{run.id:>5}  {_iso(run.started_at)}  {run.deployment:<16} {run.probe_set_version:<4} "
@@ -141,10 +146,10 @@ def probe_run(
     model: ModelOption = None,
     concurrency: ConcurrencyOption = 1,
     probe_set: ProbeSetOption = None,
-    team: TeamOption = service.DEFAULT_TEAM,
+    team: TeamOption = DEFAULT_TEAM,
     timeout: Annotated[
         float, typer.Option(min=1, help="Seconds each request may take.")
-    ] = service.DEFAULT_TIMEOUT_S,
+    ] = DEFAULT_TIMEOUT_S,
     as_json: JsonOption = False,
 ) -> None:
     """Send the probe set through the deployment's metering proxy once and store the run:
@@ -152,6 +157,11 @@ def probe_run(
     Exit status 1 if a request failed (the run is stored all the same)."""
     if not key:
         raise typer.BadParameter(f"give --key or set {KEY_ENV}", param_hint="--key")
+    from sqlalchemy.orm import Session
+
+    from app.probe import service
+    from app.settings import get_settings
+
     settings = get_settings()
     with user_errors(), open_engine(settings) as engine:
         chosen = _probe_set(probe_set)
@@ -190,6 +200,10 @@ def probe_list(
     as_json: JsonOption = False,
 ) -> None:
     """Probe runs, newest first."""
+    from app.db import read_session
+    from app.probe import service
+    from app.settings import get_settings
+
     with user_errors(), open_engine(get_settings()) as engine, read_session(engine) as session:
         runs = service.list_runs(session, deployment=deployment, limit=limit)
     if as_json:
@@ -201,7 +215,9 @@ def probe_list(
         typer.echo(_run_line(run))
 
 
-def _series_row(series: service.ProbeSeries, now: datetime) -> dict[str, Any]:
+def _series_row(series: "service.ProbeSeries", now: datetime) -> dict[str, Any]:
+    from app.probe import service
+
     drift = series.drift
     return {
         "deployment": series.deployment,
@@ -237,7 +253,7 @@ def _money(micros: int) -> str:
     return format_micros(micros)
 
 
-def _finding_row(finding: Finding) -> dict[str, Any]:
+def _finding_row(finding: "Finding") -> dict[str, Any]:
     return {
         "kind": str(finding.kind),
         "scope": str(finding.scope),
@@ -259,6 +275,10 @@ def probe_drift(
     {baseline} runs (median and MAD), k = {k}, h = {h}. A drift is dated at the first run of
     the lower acceptance and costed as the deployment's spend since then times the extra
     verification work. `specledger alerts check` alerts on it."""
+    from app.db import read_session
+    from app.probe import service
+    from app.settings import get_settings
+
     settings = get_settings()
     now = datetime.now(UTC)
     with user_errors(), open_engine(settings) as engine, read_session(engine) as session:
@@ -348,7 +368,7 @@ def probe_schedule(
         model=model,
         concurrency=concurrency,
         probe_set=probe_set,
-        team=team if team and team != service.DEFAULT_TEAM else None,
+        team=team if team and team != DEFAULT_TEAM else None,
     )
     with user_errors():
         text = render_schedule(

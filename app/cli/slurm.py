@@ -16,13 +16,10 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from sqlalchemy.orm import Session
 
 from app.cli._support import as_utc, open_engine, parse_month, user_errors
-from app.db import read_session
 from app.domain.money import format_micros
 from app.domain.periods import Month
-from app.settings import get_settings
 
 slurm_app = typer.Typer(
     help="Slurm GPU clusters: the cluster's cost model as a derived FOCUS bill, its nodes in "
@@ -68,6 +65,9 @@ def ingest_slurm(
     is read again next time. Finished jobs become usage records of the deployment
     slurm-CLUSTER, billed to their Slurm account. A bad line rejects the whole output,
     naming the line and field, and nothing is written."""
+    from sqlalchemy.orm import Session
+
+    from app.settings import get_settings
     from app.slurm.ingest import SacctCommand, ingest_sacct_text, ingest_slurm
 
     now = datetime.now(UTC)
@@ -109,6 +109,9 @@ def setup(
     """Register the cluster's nodes (idempotent): the deployment slurm-CLUSTER with one
     replica per node, its GPUs and the ResourceId its bill rows carry (derived, or the EC2
     instance id of a cloud node)."""
+    from sqlalchemy.orm import Session
+
+    from app.settings import get_settings
     from app.slurm.cluster import register_cluster
     from ingest.cluster_bill import load_cost_model
 
@@ -142,6 +145,7 @@ def bill(
     """Write the cluster's own cost for a month as a FOCUS 1.2 bill: one row per node, hour
     and cost component (amortization, power, colocation, fabric, support, staff), labelled
     as derived from the cost model, not an invoice. Cloud nodes get no rows."""
+    from app.settings import get_settings
     from ingest.cluster_bill import load_cost_model, write_derived_bill
     from ingest.service import IngestOptions, ingest_billing
 
@@ -167,6 +171,9 @@ def link(
     """Say which Slurm job a serving replica runs in: the job's share of its node is then
     split again to the replica's metered requests by their GPU-seconds (exactly), and what
     they did not use stays the job's own. One node per server job."""
+    from sqlalchemy.orm import Session
+
+    from app.settings import get_settings
     from app.slurm.cluster import link_job
 
     cluster, sep, job_id = job.partition(":")
@@ -190,7 +197,9 @@ def usage(
 ) -> None:
     """GPU-hours (from accounting) and allocated cost (from the ledger) per cluster, Slurm
     account and partition; a node's unused GPUs are (idle)."""
+    from app.db import read_session
     from app.domain.windows import TimeWindow
+    from app.settings import get_settings
     from app.slurm.report import slurm_usage
 
     settings = get_settings()
@@ -257,6 +266,7 @@ def schedule(
     saves against a static partition at the ledger's own node-hour price. Prints crontab
     lines of `scontrol update PartitionName=... Nodes=...`, or slurm.conf power-saving
     settings, or JSON."""
+    from app.db import read_session
     from app.domain.partition_schedule import (
         PartitionPlanInput,
         partition_plan_as_dict,
@@ -265,6 +275,7 @@ def schedule(
         scontrol_schedule,
     )
     from app.domain.slurm import expand_hostlist
+    from app.settings import get_settings
     from app.slurm.partition import fitted_tpot, hourly_load, node_hour_price
 
     if output not in {"scontrol", "power-saving", "json"}:

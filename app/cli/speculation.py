@@ -2,16 +2,15 @@
 
 import json
 from datetime import UTC, datetime
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from app.cli._support import open_engine, user_errors
-from app.db import read_session
 from app.domain.windows import GRAMMAR, parse_window
-from app.settings import get_settings
-from app.speculation.positions import positions_report
-from app.speculation.schemas import DeploymentPositionsRead, positions_read
+
+if TYPE_CHECKING:
+    from app.speculation.schemas import DeploymentPositionsRead
 
 speculation_app = typer.Typer(
     help="Speculation health: acceptance per draft position and the k it advises.",
@@ -30,6 +29,11 @@ def positions(
     the positions that pay and the num_speculative_tokens to set. A position's cost comes
     from the deployment's stored breakeven fit at its mean concurrency, or else from a
     floor of 0.25 tokens per step (see app/domain/acceptance_positions.py)."""
+    from app.db import read_session
+    from app.settings import get_settings
+    from app.speculation.positions import positions_report
+    from app.speculation.schemas import positions_read
+
     settings = get_settings()
     with user_errors():
         parsed = parse_window(window, now=datetime.now(UTC))
@@ -54,7 +58,7 @@ def positions(
         typer.echo("\n".join(_lines(found)))
 
 
-def _lines(found: DeploymentPositionsRead) -> list[str]:
+def _lines(found: "DeploymentPositionsRead") -> list[str]:
     length = "-" if found.mean_acceptance_length is None else f"{found.mean_acceptance_length}"
     basis = (
         f"costs from sweep {found.sweep_id}'s fit at concurrency {found.mean_concurrency}"

@@ -5,30 +5,19 @@ import math
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from pydantic import ValidationError
-from sqlalchemy.orm import Session
 
-from app.breakeven import service
-from app.breakeven.sweep_file import SweepRow, write_sweep_file
 from app.cli._support import UserError, err, open_engine, progress_bar, user_errors
 from app.cli.engine import DEFAULT_DRAFT_LAYERS
-from app.domain.breakeven.sweep import SweepPoint
-from app.settings import get_settings
-from serving.engine import launcher, model_prep
-from serving.engine.config import DEFAULT_ENGINES_DIR, DEFAULT_VLLM_PYTHON, EngineConfig
-from serving.engine.config import load_engine_config as read_engine_config
-from serving.load.loadgen import LevelStats, LoadError, load_prompts
-from serving.load.sweep import (
-    SweepError,
-    SweepTarget,
-    engine_for_method,
-    routed_target,
-    sweep_target,
-    target_for_engine,
-)
+from serving.engine.paths import DEFAULT_ENGINES_DIR, DEFAULT_VLLM_PYTHON
+
+if TYPE_CHECKING:
+    from app.breakeven.sweep_file import SweepRow
+    from serving.engine.config import EngineConfig
+    from serving.load.loadgen import LevelStats
+    from serving.load.sweep import SweepTarget
 
 
 def _levels(text: str) -> list[int]:
@@ -43,8 +32,11 @@ def _levels(text: str) -> list[int]:
     return levels
 
 
-def row_of(target: SweepTarget, stats: LevelStats) -> SweepRow:
+def row_of(target: "SweepTarget", stats: "LevelStats") -> "SweepRow":
     """A sweep CSV row from one measured level."""
+    from app.breakeven.sweep_file import SweepRow
+    from app.domain.breakeven.sweep import SweepPoint
+
     speculative = target.method != "none"
     point = SweepPoint(
         config=target.name,
@@ -73,12 +65,17 @@ def _targets(
     engine_configs: list[Path],
     proxies: list[str],
     *,
-    base: EngineConfig,
+    base: "EngineConfig",
     proxy_key: str | None = None,
     k: int,
     draft_model: Path,
     allow_empty: bool = False,
-) -> list[SweepTarget]:
+) -> "list[SweepTarget]":
+    from pydantic import ValidationError
+
+    from serving.engine.config import load_engine_config as read_engine_config
+    from serving.load.sweep import SweepTarget, engine_for_method, target_for_engine
+
     names = [s.strip() for s in specs.split(",") if s.strip()]
     if proxies:
         if len(proxies) != len(names):
@@ -114,7 +111,7 @@ def _targets(
     return targets
 
 
-def _print_row(row: SweepRow) -> None:
+def _print_row(row: "SweepRow") -> None:
     p, m = row.point, row.metrics
     acceptance = (
         ""
@@ -245,6 +242,13 @@ def sweep(
     level, warm-up excluded. Writes one CSV row per (config, concurrency) after each config,
     stores the sweep in the database and fits it when it has enough levels.
     """
+    from app.breakeven.sweep_file import write_sweep_file
+    from app.settings import get_settings
+    from serving.engine import launcher, model_prep
+    from serving.engine.config import EngineConfig
+    from serving.load.loadgen import LoadError, load_prompts
+    from serving.load.sweep import SweepError, engine_for_method, routed_target, sweep_target
+
     settings = get_settings()
     levels = _levels(concurrency)
     if route_by_load is not None and proxy:
@@ -328,7 +332,7 @@ def sweep(
 
 def _store(
     out: Path,
-    rows: list[SweepRow],
+    rows: "list[SweepRow]",
     *,
     levels: list[int],
     specs: str,
@@ -338,6 +342,11 @@ def _store(
     repeats: int,
     work_dir: Path,
 ) -> None:
+    from sqlalchemy.orm import Session
+
+    from app.breakeven import service
+    from app.settings import get_settings
+
     settings = {
         "source": str(out),
         "sha256": hashlib.sha256(out.read_bytes()).hexdigest(),

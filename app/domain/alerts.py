@@ -34,6 +34,8 @@ PAYLOAD_TYPE = "specledger.alert"
 PAYLOAD_VERSION = 1
 DEFAULT_TOLERANCE_SECONDS = 300
 """How old (or how far in the future) a signature's timestamp may be for a receiver."""
+DEFAULT_TIMEOUT_SECONDS = 5.0
+"""Per request (connect, write, read each): a slow receiver must not hold the queue."""
 
 MAX_DEDUP_KEY = 256
 MAX_TITLE = 200

@@ -40,13 +40,9 @@ from app.domain.acceptance_drift import AcceptanceBucket, DriftAlarm, detect_dro
 from app.domain.acceptance_positions import MAX_HISTOGRAM, PositionCounts, sum_histograms
 from app.domain.anomalies import verified_per_output_token
 from app.domain.errors import InvalidInput
-
-BASELINE_RUNS = 24
-"""Runs of a series that make its baseline (its median and MAD)."""
-PROBE_K = 0.5
-"""The CUSUM's reference value, in baseline standard deviations."""
-PROBE_H = 16.0
-"""The CUSUM's alarm threshold, in baseline standard deviations."""
+from app.domain.probe_defaults import BASELINE_RUNS as BASELINE_RUNS
+from app.domain.probe_defaults import PROBE_H as PROBE_H
+from app.domain.probe_defaults import PROBE_K as PROBE_K
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

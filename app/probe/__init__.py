@@ -3,21 +3,41 @@ deployment on a schedule (``specledger probe run`` / ``probe schedule``), metere
 under the probe's own team, and a CUSUM on each deployment's probe acceptance against its
 baseline (``specledger probe drift``; alerts from ``specledger alerts check``)."""
 
+from typing import TYPE_CHECKING, Any
+
 from app.probe.probe_set import ProbePrompt, ProbeSet, load_probe_set
 from app.probe.schedule import ScheduleFormat, render_schedule
-from app.probe.service import (
-    DEFAULT_TEAM,
-    ProbeDrift,
-    ProbeKeyRefused,
-    ProbeSeries,
-    ProbeUnavailable,
-    drift_alert,
-    drift_finding,
-    list_runs,
-    probe_drift,
-    probe_drifts,
-    run_probe,
-)
+
+if TYPE_CHECKING:
+    from app.probe.service import (
+        DEFAULT_TEAM,
+        ProbeDrift,
+        ProbeKeyRefused,
+        ProbeSeries,
+        ProbeUnavailable,
+        drift_alert,
+        drift_finding,
+        list_runs,
+        probe_drift,
+        probe_drifts,
+        run_probe,
+    )
+
+_FROM_SERVICE = frozenset(
+    {"DEFAULT_TEAM", "ProbeDrift", "ProbeKeyRefused", "ProbeSeries", "ProbeUnavailable",
+     "drift_alert", "drift_finding", "list_runs", "probe_drift", "probe_drifts", "run_probe"}
+)  # fmt: skip
+
+
+def __getattr__(name: str) -> Any:
+    """The service's names, imported on first use: the probe set and the schedule are light
+    and the command line imports them at start-up; the service needs SQLAlchemy and httpx."""
+    if name in _FROM_SERVICE:
+        from app.probe import service
+
+        return getattr(service, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "DEFAULT_TEAM",

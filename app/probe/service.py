@@ -41,13 +41,12 @@ from app.domain.probe import (
     extra_work_share,
     summarize,
 )
+from app.domain.probe_defaults import DEFAULT_TEAM as DEFAULT_TEAM
+from app.domain.probe_defaults import DEFAULT_TIMEOUT_S as DEFAULT_TIMEOUT_S
 from app.domain.waste import Finding, FindingKind, Scope, monthly
 from app.models import ProbeRun
 from app.probe.client import ProgressHook, send_all, served_model
 from app.probe.probe_set import ProbeSet, load_probe_set
-
-DEFAULT_TEAM = "probe"
-DEFAULT_TIMEOUT_S = 300.0
 
 
 class ProbeKeyRefused(Invalid):

@@ -12,8 +12,8 @@ from typing import Annotated, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, PositiveInt, model_validator
 
-DEFAULT_ENGINES_DIR = Path(".specledger/engines")
-DEFAULT_VLLM_PYTHON = Path(".venv-vllm/bin/python")
+from serving.engine.paths import DEFAULT_ENGINES_DIR as DEFAULT_ENGINES_DIR
+from serving.engine.paths import DEFAULT_VLLM_PYTHON as DEFAULT_VLLM_PYTHON
 
 
 class _Frozen(BaseModel):
