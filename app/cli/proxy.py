@@ -255,13 +255,7 @@ def _serve(
         fleet.run_fleet(config_json, workers=workers, host=host, port=port, listen=listen,
                         log_level=log_level)  # fmt: skip
     elif workers > 1:  # metered elsewhere: the workers need no process of ours in between
-        processes = fleet.spawn_workers(config_json, workers=workers, host=host, port=port,
-                                        log_level=log_level)  # fmt: skip
-        try:
-            for process in processes:
-                process.wait()
-        except KeyboardInterrupt:
-            fleet.stop_workers(processes)
+        fleet.run_workers(config_json, workers=workers, host=host, port=port, log_level=log_level)
     else:
         import uvicorn
 

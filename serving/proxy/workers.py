@@ -28,7 +28,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
 
-__all__ = ["event_loop", "reuseport_socket", "run_fleet", "run_worker", "spawn_workers"]
+__all__ = [
+    "event_loop",
+    "reuseport_socket",
+    "run_fleet",
+    "run_worker",
+    "run_workers",
+    "spawn_workers",
+    "stop_workers",
+]
 
 log = logging.getLogger(__name__)
 
@@ -100,6 +108,25 @@ def spawn_workers(
         )
         for _ in range(workers)
     ]
+
+
+def run_workers(config_json: str, *, workers: int, host: str, port: int, log_level: str) -> None:
+    """Workers metered by another process's meter service (their config's ``meter_url``),
+    until SIGTERM or SIGINT, which they get passed on to stop gracefully."""
+    processes = spawn_workers(config_json, workers=workers, host=host, port=port,
+                              log_level=log_level)  # fmt: skip
+
+    def stop(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        for process in processes:
+            process.wait()
+    except KeyboardInterrupt:
+        stop_workers(processes)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def stop_workers(processes: Sequence[subprocess.Popen[bytes]], *, timeout_s: float = 45.0) -> None:
