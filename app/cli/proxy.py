@@ -163,6 +163,14 @@ def proxy(
             "share one meter for its GPU time to be split exactly.",
         ),
     ] = None,
+    meter_metrics_port: Annotated[
+        int | None,
+        typer.Option(
+            help="With --workers or --meter-listen: serve the meter process's Prometheus "
+            "metrics (GPU seconds of requests and idle, counter checks, usage sink) on this "
+            "port; each worker's /metrics has what it relayed.",
+        ),
+    ] = None,
     log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "info",
 ) -> None:
     """Serve an OpenAI-compatible API that forwards to vLLM and meters every request.
@@ -235,7 +243,8 @@ def proxy(
         )
     logging.basicConfig(level=log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
     _serve(config.model_dump_json(), workers=workers, host=host, port=port,
-           listen=meter_listen or [], own_meters=meter_url is None, log_level=log_level)  # fmt: skip
+           listen=meter_listen or [], own_meters=meter_url is None,
+           metrics_port=meter_metrics_port, log_level=log_level)  # fmt: skip
 
 
 def _serve(
@@ -246,6 +255,7 @@ def _serve(
     port: int,
     listen: list[str],
     own_meters: bool,
+    metrics_port: int | None,
     log_level: str,
 ) -> None:
     """One process (its own meters, or another's), or a meter process and its workers."""
@@ -253,15 +263,9 @@ def _serve(
 
     if own_meters and (workers > 1 or listen):
         fleet.run_fleet(config_json, workers=workers, host=host, port=port, listen=listen,
-                        log_level=log_level)  # fmt: skip
+                        metrics_port=metrics_port, log_level=log_level)  # fmt: skip
     elif workers > 1:  # metered elsewhere: the workers need no process of ours in between
-        processes = fleet.spawn_workers(config_json, workers=workers, host=host, port=port,
-                                        log_level=log_level)  # fmt: skip
-        try:
-            for process in processes:
-                process.wait()
-        except KeyboardInterrupt:
-            fleet.stop_workers(processes)
+        fleet.run_workers(config_json, workers=workers, host=host, port=port, log_level=log_level)
     else:
         import uvicorn
 

@@ -15,6 +15,13 @@ Records are written once the meter has settled their GPU time, through a
 tick after ``idle_window_s``, and at shutdown, so requests + idle = GPUs x wall time holds
 in the database.
 
+The completion endpoints are served as raw ASGI (:class:`ProxyApp`), the replicas are
+reached through a small HTTP/1.1 client (:mod:`serving.proxy.upstream`), and a stream's
+usage is read from its bytes (:func:`~serving.proxy.wire.scan_usage`): the proxy's cost
+per relayed token stays within a few times a bare relay's. Several proxy processes (``--workers``,
+or proxies on several hosts) share one set of meters through a meter service
+(:mod:`serving.proxy.meter_service`), so each replica's GPU time is still split by one meter.
+
 Run it with ``specledger proxy`` (see ``app/cli/proxy.py``); :func:`create_proxy_app`
 builds the app from a :class:`~serving.proxy.config.ProxyConfig`.
 """

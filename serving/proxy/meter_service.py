@@ -91,6 +91,8 @@ class MeterService:
         self._gone: list[tuple[int, _Client]] = []
         self.events = 0
         self.clients_seen = 0
+        self.writers: set[asyncio.StreamWriter] = set()
+        """The clients' open connections."""
 
     def hello(self) -> dict[str, Any]:
         clock = self.state.clock
@@ -104,6 +106,7 @@ class MeterService:
         """One client's connection: its hello, then batches of events, one JSON list a line."""
         self.clients_seen += 1
         client = _Client(id=self.clients_seen)
+        self.writers.add(writer)
         try:
             if not await reader.readline():
                 return
@@ -115,6 +118,7 @@ class MeterService:
             log.warning("meter client %d: %s", client.id, exc)
         finally:
             self._gone.append((self.state.clock.now_ns(), client))
+            self.writers.discard(writer)
             writer.close()
 
     def hold(self, events: Sequence[Event], client: _Client) -> None:

@@ -35,6 +35,8 @@ log = logging.getLogger(__name__)
 
 Record = UsageEvent | ReplicaIdleEvent
 _SUFFIX = ".jsonl"
+_KEPT_MAX = 200_000
+"""Most records a spool keeps in memory as well as on disk (beyond, it reads them back)."""
 
 
 def write_jsonl(stream: IO[str], records: Iterable[Record]) -> None:
@@ -152,6 +154,10 @@ class Spool:
         ]
         self._next = 1 + max((int(s.path.stem) for s in self._segments if s.path), default=0)
         self._guard = threading.Lock()
+        self._kept: dict[Segment, Sequence[Record]] = {}
+        """Records this spool wrote, kept (up to ``_KEPT_MAX``) so that storing them does
+        not decode what was just encoded; the file is what survives a crash."""
+        self._kept_records = 0
 
     @property
     def depth(self) -> int:
@@ -179,12 +185,19 @@ class Spool:
         segment = Segment(path, len(records), time.time(), inherited=False)
         with self._guard:
             self._segments.append(segment)
+            if self._kept_records + len(records) <= _KEPT_MAX:
+                self._kept[segment] = list(records)
+                self._kept_records += len(records)
         return segment
 
     def read(self, segment: Segment) -> list[Record]:
         """A segment's records. A last line cut short (a kill while it was written) is
         dropped with a warning: its records were never acknowledged as spooled."""
         assert segment.path is not None
+        with self._guard:
+            kept = self._kept.get(segment)
+        if kept is not None:
+            return list(kept)
         records: list[Record] = []
         lines = segment.path.read_text(encoding="utf-8").splitlines(keepends=True)
         for number, line in enumerate(lines, start=1):
@@ -200,12 +213,17 @@ class Spool:
             segment.path.unlink(missing_ok=True)
         with self._guard:
             self._segments = [known for known in self._segments if known is not segment]
+            kept = self._kept.pop(segment, None)
+            if kept is not None:
+                self._kept_records -= len(kept)
 
     def leave(self) -> list[Segment]:
         """Stop tracking every segment, leaving their files for the next proxy; returns
         them."""
         with self._guard:
             left, self._segments = self._segments, []
+            self._kept.clear()
+            self._kept_records = 0
         return left
 
     def close(self) -> None:

@@ -102,7 +102,8 @@ class _Origin:
     @property
     def netloc(self) -> str:
         default = 443 if self.scheme == "https" else 80
-        return self.host if self.port == default else f"{self.host}:{self.port}"
+        host = f"[{self.host}]" if ":" in self.host else self.host  # an IPv6 literal
+        return host if self.port == default else f"{host}:{self.port}"
 
 
 class _Connection(asyncio.Protocol):

@@ -311,7 +311,8 @@ _TAIL = b"}\n\n"
 _VLLM_USAGE = re.compile(
     rb',"usage":\{"prompt_tokens":(0|[1-9]\d*),"total_tokens":(?:0|[1-9]\d*),'
     rb'"completion_tokens":(0|[1-9]\d*)'
-    rb'(?:,"prompt_tokens_details":(?:null|\{"cached_tokens":(0|[1-9]\d*)\}))?\}\}\n\n'
+    rb'(?:,"prompt_tokens_details":(?:null|\{"cached_tokens":(0|[1-9]\d*)\})'
+    rb'|,"completion_tokens_details":null)*\}\}\n\n'
 )
 """The usage member of vLLM's chunks, as its UsageInfo serialises, to the end of the chunk."""
 

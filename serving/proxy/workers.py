@@ -28,7 +28,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
 
-__all__ = ["event_loop", "reuseport_socket", "run_fleet", "run_worker", "spawn_workers"]
+__all__ = [
+    "event_loop",
+    "reuseport_socket",
+    "run_fleet",
+    "run_worker",
+    "run_workers",
+    "spawn_workers",
+    "stop_workers",
+]
 
 log = logging.getLogger(__name__)
 
@@ -102,6 +110,25 @@ def spawn_workers(
     ]
 
 
+def run_workers(config_json: str, *, workers: int, host: str, port: int, log_level: str) -> None:
+    """Workers metered by another process's meter service (their config's ``meter_url``),
+    until SIGTERM or SIGINT, which they get passed on to stop gracefully."""
+    processes = spawn_workers(config_json, workers=workers, host=host, port=port,
+                              log_level=log_level)  # fmt: skip
+
+    def stop(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        for process in processes:
+            process.wait()
+    except KeyboardInterrupt:
+        stop_workers(processes)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def stop_workers(processes: Sequence[subprocess.Popen[bytes]], *, timeout_s: float = 45.0) -> None:
     """SIGTERM each worker (uvicorn finishes its requests) and wait; kill what lingers."""
     for process in processes:
@@ -124,16 +151,26 @@ def run_fleet(
     host: str,
     port: int,
     listen: Sequence[str] = (),
+    metrics_port: int | None = None,
     log_level: str = "info",
 ) -> None:
     """The meter service in this process and ``workers`` workers in front of it, until
-    SIGTERM or SIGINT."""
+    SIGTERM or SIGINT. With ``metrics_port``, the meter process's Prometheus metrics (GPU
+    seconds of requests and idle, the engines' counter checks, the usage sink) are served
+    there; the workers' ``/metrics`` has what each relayed."""
     asyncio.run(_fleet(config_json, workers=workers, host=host, port=port, listen=listen,
-                       log_level=log_level))  # fmt: skip
+                       metrics_port=metrics_port, log_level=log_level))  # fmt: skip
 
 
 async def _fleet(
-    config_json: str, *, workers: int, host: str, port: int, listen: Sequence[str], log_level: str
+    config_json: str,
+    *,
+    workers: int,
+    host: str,
+    port: int,
+    listen: Sequence[str],
+    metrics_port: int | None,
+    log_level: str,
 ) -> None:
     import anyio
     import httpx
@@ -151,14 +188,20 @@ async def _fleet(
     worker_config = config.model_copy(update={"meter_url": own}).model_dump_json()
     engine = make_engine(config.database_url) if config.database_url else None
     sink = open_sink(config, engine)
+    metrics = ProxyMetrics()
+    metrics.watch_sink(sink)
     sink.start()
+    if metrics_port is not None:
+        from prometheus_client import start_http_server
+
+        start_http_server(metrics_port, addr=host, registry=metrics.registry)
     clock = Clock()
     loop = asyncio.get_running_loop()
     shutdown = asyncio.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, shutdown.set)
     async with httpx.AsyncClient(timeout=10.0) as client:
-        state = ProxyState(config=config, client=client, metrics=ProxyMetrics(), sink=sink,
+        state = ProxyState(config=config, client=client, metrics=metrics, sink=sink,
                            clock=clock, replicas=replica_states(config, clock))  # fmt: skip
         service = MeterService(state, lateness_s=config.meter_lateness_s)
         stop = asyncio.Event()

@@ -4,7 +4,9 @@ in order, as it sends them), and the split stays conserved: Σ requests + idle =
 wall. A property test over the service's own path: events through ``MeterService.hold`` and
 ``pump``, records and idle time out through a real usage sink (JSONL)."""
 
+import asyncio
 import json
+import time
 import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -16,7 +18,7 @@ from hypothesis import strategies as st
 from app.domain.gpu_seconds import EventKind, MeterEvent, ReplicaMeter, meter_events
 from app.domain.usage import UsageEvent
 from serving.proxy.config import ProxyConfig, ReplicaSpec
-from serving.proxy.meter_service import MeterService, _Client
+from serving.proxy.meter_service import MeterClient, MeterService, _Client
 from serving.proxy.metrics import ProxyMetrics
 from serving.proxy.sink import UsageSink
 from serving.proxy.state import Clock, ProxyState, ReplicaState
@@ -106,3 +108,76 @@ def test_interleaved_proxies_split_gpu_time_as_one_meter_in_time_order(
     end = datetime.fromisoformat(idle["end_at"])
     wall_ns = (end - start) // timedelta(microseconds=1) * 1000
     assert sum(shares.values()) + idle["gpu_ns"] == GPUS * wall_ns
+
+
+def _service(tmp_path: Path) -> tuple[MeterService, ProxyState, UsageSink, Path]:
+    config = ProxyConfig(replicas=(ReplicaSpec(url="http://a:1", name="a", deployment="d",
+                                               gpus=GPUS),), allow_anonymous=True)  # fmt: skip
+    log = tmp_path / f"usage-{uuid.uuid4().hex}.jsonl"
+    sink = UsageSink(engine=None, jsonl_path=log, flush_interval_s=0.01)
+    sink.start()
+    clock = Clock()
+    replica = ReplicaState(spec=config.replicas[0], meter=ReplicaMeter(gpus=GPUS, start_ns=0))
+    state = ProxyState(config=config, client=None, metrics=ProxyMetrics(), sink=sink,  # type: ignore[arg-type]
+                       clock=clock, replicas=[replica])  # fmt: skip
+    return MeterService(state, lateness_s=0.01), state, sink, log
+
+
+def test_a_proxy_reconnects_to_a_meter_service_that_came_back(tmp_path: Path) -> None:
+    """Requests that begin after the service is back are metered; the one in flight across
+    the outage has no record, and its GPU time stays in the window (conserved)."""
+    service, state, sink, log = _service(tmp_path)
+
+    async def main() -> None:
+        server = await asyncio.start_server(service.handle, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        client = MeterClient(f"tcp://127.0.0.1:{port}", flush_interval_s=0.01)
+        clock = await client.connect()
+        now = clock.now_ns
+        client.begin("a", "before", at_ns=now())
+        client.begin("a", "across", at_ns=now())
+        client.finish(_event("before", clock), at_ns=now(), tokens=3)
+        await asyncio.sleep(0.1)
+        server.close()
+        await server.wait_closed()
+        for writer in list(service.writers):
+            writer.close()
+        await asyncio.sleep(0.2)
+        service.pump(until_ns=2**62)
+        server = await asyncio.start_server(service.handle, "127.0.0.1", port)
+        deadline = time.monotonic() + 10
+        while service.clients_seen < 2:  # the client notices on a flush and reconnects
+            client.chunk("across", at_ns=now(), tokens=1)
+            assert time.monotonic() < deadline, "the client did not reconnect"
+            await asyncio.sleep(0.05)
+        client.begin("a", "after", at_ns=now())
+        client.finish(_event("after", clock), at_ns=now(), tokens=2)
+        client.finish(_event("across", clock), at_ns=now(), tokens=2)
+        await client.aclose()
+        await asyncio.sleep(0.2)
+        server.close()
+        await server.wait_closed()
+
+    asyncio.run(main())
+    service.pump(until_ns=2**62)
+    state.close_window(state.replicas[0], reopen=False)
+    sink.close()
+    written = [json.loads(line) for line in log.read_text().splitlines()]
+    usage = {row["event_id"]: row["gpu_ns"] for row in written if row["record"] == "usage"}
+    (idle,) = [row for row in written if row["record"] == "replica_idle"]
+    assert set(usage) == {"before", "after"}
+    wall_ns = (
+        (datetime.fromisoformat(idle["end_at"]) - datetime.fromisoformat(idle["start_at"]))
+        // timedelta(microseconds=1)
+        * 1000
+    )
+    assert sum(usage.values()) + idle["gpu_ns"] == GPUS * wall_ns
+
+
+def _event(event_id: str, clock: Clock) -> UsageEvent:
+    at = clock.at(clock.now_ns())
+    return UsageEvent(
+        event_id=event_id, session_id="s", team="t", cost_center=None, tags={},
+        deployment="d", replica="a", model="m", endpoint="completions", streamed=True,
+        spec_method="none", spec_k=None, arrived_at=at, first_token_at=None, finished_at=at,
+    )  # fmt: skip

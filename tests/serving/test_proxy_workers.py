@@ -121,19 +121,26 @@ def test_workers_on_one_port_meter_every_request_once_and_conserve_gpu_time(
     engine, db_url, tmp_path, replica_url
 ):
     keys = {"a": proxy_key(engine, "a"), "b": proxy_key(engine, "b")}
-    port = free_port()
-    proxy = start_proxy(db_url, tmp_path, replica_url, port, "--workers", "3")
+    port, metrics_port = free_port(), free_port()
+    proxy = start_proxy(db_url, tmp_path, replica_url, port, "--workers", "3",
+                        "--meter-metrics-port", str(metrics_port))  # fmt: skip
     try:
         made = calls(keys, 60)
         event_ids = send_all([f"http://127.0.0.1:{port}"], made)
         more = calls(keys, 20)
         event_ids += send_all([f"http://127.0.0.1:{port}"], more)
+        time.sleep(1.5)  # a tick: the meter settles what it holds
+        page = httpx.get(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10).text
     finally:
         stop_proxy(proxy)
     check_records(engine, made + more, event_ids)
+    finished = [
+        line for line in page.splitlines() if line.startswith("specledger_proxy_requests_total{")
+    ]
+    assert sum(float(line.rsplit(" ", 1)[1]) for line in finished) == len(event_ids)
 
 
-def test_two_proxy_hosts_share_one_meter_and_conserve_gpu_time(
+def test_two_proxy_hosts_share_one_meter_and_conserve_gpu_time(  # B: 2 workers, no meters
     engine, db_url, tmp_path, replica_url
 ):
     keys = {"a": proxy_key(engine, "a"), "b": proxy_key(engine, "b")}
@@ -141,7 +148,9 @@ def test_two_proxy_hosts_share_one_meter_and_conserve_gpu_time(
     meter = f"tcp://127.0.0.1:{meter_port}"
     host_a = start_proxy(db_url, tmp_path / "a", replica_url, port_a, "--meter-listen", meter)
     try:
-        host_b = start_proxy(db_url, tmp_path / "b", replica_url, port_b, "--meter-url", meter)
+        host_b = start_proxy(
+            db_url, tmp_path / "b", replica_url, port_b, "--meter-url", meter, "--workers", "2"
+        )
         try:
             made = calls(keys, 40)
             event_ids = send_all([f"http://127.0.0.1:{port_a}", f"http://127.0.0.1:{port_b}"], made)

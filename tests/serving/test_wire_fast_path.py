@@ -37,6 +37,8 @@ _usage = st.fixed_dictionaries(
     {"prompt_tokens": st.integers(0, 5000), "total_tokens": st.integers(0, 9000)},
     optional={
         "completion_tokens": st.integers(-2, 4000),
+        "completion_tokens_details": st.none()
+        | st.fixed_dictionaries({"reasoning_tokens": st.integers(0, 9)}),
         "prompt_tokens_details": st.none()
         | st.fixed_dictionaries({"cached_tokens": st.integers(0, 99)}),
     },
@@ -95,6 +97,8 @@ def test_the_scan_reads_vllm_chunks_and_leaves_the_rest():
     )
     assert scan_usage(head + choice + b"," + usage + b"}\n\n") == (7, 3, 0, len(head + choice))
     assert scan_usage(head + choice + b"," + cached + b"}\n\n") == (7, 3, 4, len(head + choice))
+    details = usage[:-1] + b',"completion_tokens_details":null}'  # vLLM 0.32's chat chunks
+    assert scan_usage(head + choice + b"," + details + b"}\n\n") == (7, 3, 0, len(head + choice))
     # usage-only final chunk, usage null, nested usage, no usage: decoded whole
     assert scan_usage(head + b'"choices":[],' + usage + b"}\n\n") is None
     assert scan_usage(head + choice + b',"usage":null}\n\n') is None
