@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 import typer
-from sqlalchemy import func, select
+from sqlalchemy import delete, func, select
 from typer.testing import CliRunner
 
 from app.cli.usage import register
-from app.domain.usage import ReplicaIdleEvent
+from app.domain.usage import ReplicaIdleEvent, UsageEvent
 from app.models import ReplicaIdle, UsageRecord
 from ingest.usage import UsageInputError, load_usage, read_usage_file
 from serving.proxy.sink import write_jsonl
@@ -99,7 +99,7 @@ def test_cli_reports_bad_lines_with_exit_status_2(cli_env, tmp_path: Path):
     assert "line 1: field 'event_id' is missing" in result.output
 
 
-def _stored_rows(engine) -> list[dict]:
+def _stored_rows(engine) -> list[dict[str, object]]:
     """Every stored usage record, by event id (ids may differ: the per-record path placed a
     repeated event id at its last occurrence within a batch of 2,000, the columnar path at
     its first; the values kept are the first occurrence's in both)."""
@@ -109,7 +109,7 @@ def _stored_rows(engine) -> list[dict]:
     return [dict(row) for row in rows]
 
 
-def _varied_events() -> list:
+def _varied_events() -> list[UsageEvent]:
     """Records that take every path: plain, unusual values, ones the columns cannot prove
     (non-ASCII tags, an offset instant), repeated ids."""
     events = [make_event(n) for n in range(30)]
@@ -135,7 +135,7 @@ def test_columnar_load_stores_what_the_per_record_path_stores(engine, tmp_path: 
         34, 33, 1)  # fmt: skip
     got = _stored_rows(engine)
     with engine.begin() as conn:
-        conn.execute(UsageRecord.__table__.delete())
+        conn.execute(delete(UsageRecord))
         insert_usage(conn, events)
     assert got == _stored_rows(engine)
 

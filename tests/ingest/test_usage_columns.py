@@ -23,7 +23,7 @@ _MISSING = object()
 texts = st.one_of(
     st.sampled_from(["a", "search", "dep-1", "r0", "prod", "x" * 64, "x" * 65, "", "é", 'q"b']),
     st.text(max_size=8),
-    st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=4),
+    st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), max_size=4),
 )
 counts = st.one_of(
     st.integers(0, 1000),
@@ -229,7 +229,7 @@ def test_proxy_output_takes_the_columnar_path_only(tmp_path: Path) -> None:
     try:
         usage, _, problems = columnar(path, 1 << 20)
     finally:
-        usage_read._line_by_line = original  # type: ignore[assignment]
+        usage_read._line_by_line = original
     assert problems == []
     assert sum(calls) == 0
     assert usage.to_pylist() == events_columns(events).to_pylist()
