@@ -182,8 +182,11 @@ def _groups(
 ) -> dict[_GroupKey, tuple[int, int, int]]:
     """Cost and GPU-ns per charge hour, kind, currency, deployment, (row) and dimensions."""
     dimensions = [_dimension(d) for d in query.aggregate]
+    # Without a step every line spans the window: grouping by charge hour too would only
+    # return a row per hour and group for Python to add up.
+    by_hour = query.step is not None
     columns: list[Any] = [
-        LedgerEntry.charge_period_start,
+        LedgerEntry.charge_period_start if by_hour else None,
         LedgerEntry.kind,
         LedgerEntry.currency,
         LedgerEntry.deployment,
@@ -203,6 +206,8 @@ def _groups(
         values = list(row)
         amount, gpu_ns = int(values[-2] or 0), int(values[-1] or 0)
         head = values[:-2]
+        if not by_hour:
+            head.insert(0, None)
         head[1] = EntryKind(head[1])
         if not by_row:
             head.insert(4, None)

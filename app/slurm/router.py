@@ -12,6 +12,7 @@ from app.deps import SessionDep, SettingsDep
 from app.domain.periods import Month
 from app.domain.windows import TimeWindow
 from app.errors import RESPONSES_READ
+from app.kit.http_params import name_query
 from app.kit.schemas import Amount, Schema, money
 from app.models import SlurmJob
 from app.slurm.report import slurm_usage
@@ -19,7 +20,7 @@ from app.slurm.report import slurm_usage
 router = APIRouter(prefix="/slurm", tags=["slurm"])
 
 _MONTH = Query(pattern=r"^\d{4}-\d{2}$", description="YYYY-MM (UTC).", examples=["2026-12"])
-_TEAM = Query(description="Only this Slurm account (a team key: its own only).")
+_TEAM = name_query("Only this Slurm account (a team key: its own only).")
 
 
 class SlurmJobRead(Schema):
@@ -57,7 +58,7 @@ def list_jobs(
     principal: PrincipalDep,
     month: Annotated[str, _MONTH],
     team: Annotated[str | None, _TEAM] = None,
-    partition: Annotated[str | None, Query(description="Only this partition.")] = None,
+    partition: Annotated[str | None, name_query("Only this partition.")] = None,
     limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
 ) -> list[SlurmJobRead]:
     """Job allocations (not steps) that ran in the month, latest first."""
