@@ -1,60 +1,52 @@
-"""The ``specledger`` command line: one root that mounts every command group. Each
-subcommand's --help explains it."""
+"""The ``specledger`` command line (:mod:`app.cli.root` mounts every command group).
 
-import typer
+The whole tree imports every group's libraries (SciPy, Ibis, ...: seconds of CPU), so
+``specledger ingest usage``, which a cron job or the proxy's spill runs once per log file,
+starts on a tree of that one command instead: same names, options and help.
+"""
 
-from app.cli import (
-    advise,
-    alerts,
-    anomalies,
-    api,
-    billing,
-    breakeven,
-    budgets,
-    collect,
-    dashboards,
-    db,
-    demo,
-    engine,
-    health,
-    ledger,
-    probe,
-    proxy,
-    slurm,
-    speculation,
-    usage,
-)
+import sys
+from typing import TYPE_CHECKING, Any
 
-app = typer.Typer(
-    help="SpecLedger: what speculative LLM serving costs, per session and team, reconciled to "
-    "the cloud bill; when speculation pays off; where money is wasted.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-)
-ingest_app = typer.Typer(help="Load billing (FOCUS) and usage data.", no_args_is_help=True)
-app.add_typer(ingest_app, name="ingest")
+if TYPE_CHECKING:
+    import typer
 
-db.register(app)
-billing.register(app, ingest_app=ingest_app)
-usage.register(ingest_app)
-engine.register(app)
-demo.register(app)
-ledger.register(app)
-api.register(app)
-breakeven.register(app)
-dashboards.register(app)
-proxy.register(app)
-collect.register(app)
-alerts.register(app)
-budgets.register(app)
-anomalies.register(app)
-slurm.register(app, ingest_app=ingest_app)
-probe.register(app)
-health.register(app)
-speculation.register(app)
-advise.register(app)
+    app: typer.Typer
+
+ROOT_OPTIONS: dict[str, Any] = {
+    "help": "SpecLedger: what speculative LLM serving costs, per session and team, reconciled "
+    "to the cloud bill; when speculation pays off; where money is wasted.",
+    "no_args_is_help": True,
+    "add_completion": False,
+    "pretty_exceptions_enable": False,
+}
+INGEST_HELP = "Load billing (FOCUS) and usage data."
+
+
+def __getattr__(name: str) -> Any:
+    if name == "app":
+        from app.cli.root import app
+
+        return app
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def main() -> None:
-    app()
+    if sys.argv[1:3] == ["ingest", "usage"]:
+        _ingest_usage_only()()
+    else:
+        from app.cli.root import app
+
+        app()
+
+
+def _ingest_usage_only() -> "typer.Typer":
+    import typer
+
+    from app.cli import usage
+
+    root = typer.Typer(**ROOT_OPTIONS)
+    ingest_app = typer.Typer(help=INGEST_HELP, no_args_is_help=True)
+    root.add_typer(ingest_app, name="ingest")
+    usage.register(ingest_app)
+    return root
