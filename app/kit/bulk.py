@@ -37,11 +37,14 @@ def insert_new(conn: Connection, table_name: str, rows: pa.Table, key: str) -> i
     """Insert the rows of ``rows`` whose ``key`` is not stored yet, in order: of rows sharing
     a key the first is kept. ``key`` must have a unique constraint. Returns the rows inserted.
 
-    PostgreSQL: repeated keys are dropped in Arrow, the stored ones found by one index
-    lookup, and the rest sent by binary COPY straight into the table; should another writer
-    store one of the keys meanwhile, the rows go through a temporary table and
-    ``INSERT ... SELECT ... ON CONFLICT DO NOTHING`` instead. SQLite: ``executemany`` of
-    ``INSERT ... ON CONFLICT DO NOTHING``.
+    PostgreSQL: repeated keys are dropped in Arrow and, unless the first or last key is
+    stored (a reload), the rows sent by binary COPY straight into the table. Only if that
+    meets a stored key (the COPY is undone), or for a reload, are the stored ones found by
+    one index lookup and the rest sent; should another writer store one of the keys
+    meanwhile, the rows go through a temporary table and ``INSERT ... SELECT ... ON
+    CONFLICT DO NOTHING`` instead. (The lookup of every key before every COPY took an
+    eighth of a fresh load's time.) SQLite: ``executemany`` of ``INSERT ... ON CONFLICT DO
+    NOTHING``.
     """
     if rows.num_rows == 0:
         return 0
@@ -50,9 +53,12 @@ def insert_new(conn: Connection, table_name: str, rows: pa.Table, key: str) -> i
         before = driver.total_changes  # type: ignore[union-attr]
         _executemany(conn, table_name, _times_as_text(rows), f" ON CONFLICT ({key}) DO NOTHING")
         return int(driver.total_changes - before)  # type: ignore[union-attr]
-    import psycopg
-
     rows = _first_of_each(rows, key)
+    ends = [rows[key][0].as_py(), rows[key][-1].as_py()]
+    if not _any_stored(conn, table_name, key, ends) and _copied_unless_stored(
+        conn, table_name, rows
+    ):
+        return int(rows.num_rows)
     stored = (
         conn.exec_driver_sql(
             f"SELECT {key} FROM {table_name} WHERE {key} = ANY(%(keys)s)",
@@ -65,12 +71,29 @@ def insert_new(conn: Connection, table_name: str, rows: pa.Table, key: str) -> i
         rows = rows.filter(pc.invert(pc.is_in(rows[key], value_set=pa.array(stored))))
     if rows.num_rows == 0:
         return 0
+    if not _copied_unless_stored(conn, table_name, rows):
+        return _insert_staged(conn, table_name, rows, key)
+    return int(rows.num_rows)
+
+
+def _any_stored(conn: Connection, table_name: str, key: str, keys: list[object]) -> bool:
+    found = conn.exec_driver_sql(
+        f"SELECT EXISTS (SELECT FROM {table_name} WHERE {key} = ANY(%(keys)s))", {"keys": keys}
+    ).scalar_one()
+    return bool(found)
+
+
+def _copied_unless_stored(conn: Connection, table_name: str, rows: pa.Table) -> bool:
+    """COPY ``rows`` into the table under a savepoint: False (and nothing written) if one
+    of their keys is stored."""
+    import psycopg
+
     try:
         with conn.begin_nested():
             bulk_insert(conn, table_name, rows)
     except psycopg.errors.UniqueViolation:
-        return _insert_staged(conn, table_name, rows, key)
-    return int(rows.num_rows)
+        return False
+    return True
 
 
 def _first_of_each(rows: pa.Table, key: str) -> pa.Table:

@@ -229,6 +229,21 @@ def test_insert_new_keeps_the_first_of_each_key_and_skips_stored_ones(engine, st
     assert tokens == {"event-0": 10, "event-1": 111, "event-2": 10}
 
 
+@pytest.mark.parametrize("stored", [0, 1, 2])
+def test_insert_new_skips_a_stored_key_first_in_the_middle_or_last(engine, stored: int):
+    """PostgreSQL looks every key up only when an end key is stored or the COPY met one."""
+    from app.usage.columns import events_columns
+    from app.usage.repository import insert_usage, insert_usage_columns
+
+    with engine.begin() as conn:
+        insert_usage(conn, [make_event(stored, prompt_tokens=111)])
+    with engine.begin() as conn:
+        events = events_columns([make_event(n) for n in range(3)])
+        assert insert_usage_columns(conn, events) == 2
+    tokens = {row["event_id"]: row["prompt_tokens"] for row in _stored_rows(engine)}
+    assert tokens == {f"event-{n}": 111 if n == stored else 10 for n in range(3)}
+
+
 @pytest.mark.parametrize(
     "content",
     [b'{"record": "usage"}\n\xff\xfe\n', b"\x1f\x8b not gzip", b'{"a": 1}\r{"b": 2}\n'],
