@@ -666,12 +666,12 @@ def targets(
             cpu = proxied.server_cpu_us_per_event or 0.0
             relay_cpu = relay.server_cpu_us_per_event or 0.0
             checks = [
-                ("CPU/event vs bare relay", cpu / relay_cpu, f"<= {CPU_VS_RELAY:g}x",
+                ("CPU/event vs bare relay", _ratio(cpu, relay_cpu), f"<= {CPU_VS_RELAY:g}x",
                  cpu <= CPU_VS_RELAY * relay_cpu),
                 ("CPU/event (us)", cpu, f"<= {CPU_US_MAX:g}", cpu <= CPU_US_MAX),
-                ("p99 gap vs direct", proxied.gap_p99_ms / direct.gap_p99_ms,
+                ("p99 gap vs direct", _ratio(proxied.gap_p99_ms, direct.gap_p99_ms),
                  f"<= {P99_VS_DIRECT:g}x", proxied.gap_p99_ms <= P99_VS_DIRECT * direct.gap_p99_ms),
-                ("events/s vs direct", proxied.events_per_s / direct.events_per_s,
+                ("events/s vs direct", _ratio(proxied.events_per_s, direct.events_per_s),
                  f">= {EVENTS_VS_DIRECT:g}" if streams == TARGET_STREAMS else "(no target)",
                  proxied.events_per_s >= EVENTS_VS_DIRECT * direct.events_per_s
                  if streams == TARGET_STREAMS else None),
@@ -688,6 +688,12 @@ def targets(
                     "value": f"{ledger.request_gpu_ns + ledger.idle_gpu_ns}/{ledger.wall_ns} ns",
                     "target": "requests + idle == GPUs x wall", "met": ledger.conserved})  # fmt: skip
     return out
+
+
+def _ratio(value: float, reference: float) -> float | None:
+    """``value / reference``, or None where the reference is 0 (in a --quick run a relay's
+    CPU can stay under one 10 ms clock tick)."""
+    return value / reference if reference else None
 
 
 def _fmt(value: float | None, spec: str) -> str:
