@@ -152,7 +152,9 @@ def proxy(
             "--meter-listen",
             help="Also serve the meters at this address (tcp://HOST:PORT or unix:/PATH), for "
             "proxies on other hosts in front of the same replicas (their --meter-url). "
-            "Implies the meter process even with --workers 1.",
+            "Implies the meter process even with --workers 1. Over TCP every proxy must "
+            "present the shared secret in SPECLEDGER_METER_TOKEN (set it here and on each "
+            "--meter-url proxy): the records it sends decide who pays.",
         ),
     ] = None,
     meter_url: Annotated[
@@ -235,6 +237,15 @@ def proxy(
     if meter_url is not None and meter_listen:
         raise typer.BadParameter("--meter-url and --meter-listen: a proxy either runs the meters "
                                  "or uses another's")  # fmt: skip
+    if any(url.startswith("tcp://") for url in meter_listen or []):
+        from serving.proxy.meter_service import METER_TOKEN_ENV, meter_token
+
+        if meter_token() is None:
+            raise typer.BadParameter(
+                f"--meter-listen tcp://: set {METER_TOKEN_ENV} to a shared secret (here and "
+                "on every --meter-url proxy); without it anyone who reaches the port could "
+                "book usage to any team"
+            )
     for spec in replicas:
         err.print(
             f"replica {spec.replica_name} ({spec.deployment}, {spec.spec_method}"

@@ -53,7 +53,7 @@ from serving.proxy.budget_guard import BudgetGuard
 from serving.proxy.config import ProxyConfig, ReplicaSpec
 from serving.proxy.iteration_meter import IterationSpecMeter
 from serving.proxy.keyring import KeyRing
-from serving.proxy.meter_service import MeterClient
+from serving.proxy.meter_service import MeterClient, meter_token
 from serving.proxy.metrics import ProxyMetrics
 from serving.proxy.relay import (
     attribution_of,
@@ -96,7 +96,7 @@ def create_proxy_app(
         engine = make_engine(config.database_url) if config.database_url else None
         # With a meter service (--workers, --meter-url) it meters and writes the records;
         # this process relays and sends it the events.
-        link = MeterClient(config.meter_url) if config.meter_url else None
+        link = MeterClient(config.meter_url, token=meter_token()) if config.meter_url else None
         sink = None if link is not None else open_sink(config, engine)
         if sink is not None:
             metrics.watch_sink(sink)

@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import heapq
+import hmac
 import itertools
 import json
 import logging
@@ -49,6 +50,16 @@ _LINE_MAX = 1 << 26
 Event = list[Any]
 """``["b", replica, id, at_ns]``, ``["c", id, at_ns, tokens]`` or
 ``["f", id, at_ns, tokens, record]`` (the record as its JSONL object)."""
+
+
+METER_TOKEN_ENV = "SPECLEDGER_METER_TOKEN"
+"""The shared secret a proxy presents to a meter service: records sent to the service are
+billed to the team they name, so only proxies that hold it may send them."""
+
+
+def meter_token() -> str | None:
+    """The meter token from the environment (None when unset or blank)."""
+    return os.environ.get(METER_TOKEN_ENV, "").strip() or None
 
 
 def boot_id() -> str:
@@ -81,8 +92,10 @@ class _Client:
 class MeterService:
     """The meters of ``state``'s replicas, fed by clients' events in time order."""
 
-    def __init__(self, state: ProxyState, *, lateness_s: float) -> None:
+    def __init__(self, state: ProxyState, *, lateness_s: float, token: str | None = None) -> None:
         self.state = state
+        self.token = token
+        """Every client must present it in its hello (None: any client on the socket)."""
         self.lateness_ns = int(lateness_s * 1e9)
         self.replicas = {replica.spec.replica_name: replica for replica in state.replicas}
         self._held: list[tuple[int, int, _Client, Event]] = []
@@ -108,7 +121,11 @@ class MeterService:
         client = _Client(id=self.clients_seen)
         self.writers.add(writer)
         try:
-            if not await reader.readline():
+            greeting = await reader.readline()
+            if not greeting:
+                return
+            if not self._admits(json.loads(greeting)):
+                log.warning("meter client %d refused: wrong or missing meter token", client.id)
                 return
             writer.write(json.dumps(self.hello()).encode() + b"\n")
             await writer.drain()
@@ -120,6 +137,14 @@ class MeterService:
             self._gone.append((self.state.clock.now_ns(), client))
             self.writers.discard(writer)
             writer.close()
+
+    def _admits(self, greeting: Any) -> bool:
+        if self.token is None:
+            return True
+        presented = greeting.get("token") if isinstance(greeting, dict) else None
+        return isinstance(presented, str) and hmac.compare_digest(
+            presented.encode(), self.token.encode()
+        )
 
     def hold(self, events: Sequence[Event], client: _Client) -> None:
         """Queue a batch until the lateness bound has passed over it."""
@@ -197,7 +222,10 @@ async def serve_meters(
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)
             servers.append(await asyncio.start_unix_server(service.handle, path, limit=_LINE_MAX))
+            os.chmod(path, 0o600)  # only this user's proxies
         elif url.startswith("tcp://"):
+            if service.token is None:
+                raise ValueError(f"meter address {url!r}: TCP needs {METER_TOKEN_ENV} set")
             host, _, port = url.removeprefix("tcp://").rpartition(":")
             servers.append(
                 await asyncio.start_server(
@@ -240,8 +268,11 @@ class MeterClient:
     """A proxy's link to a meter service: events are batched and sent every
     ``flush_interval_s`` (one line per batch)."""
 
-    def __init__(self, url: str, *, flush_interval_s: float = 0.02) -> None:
+    def __init__(
+        self, url: str, *, flush_interval_s: float = 0.02, token: str | None = None
+    ) -> None:
         self.url = url
+        self.token = token
         self.flush_interval_s = flush_interval_s
         self._batch: list[Event] = []
         self._writer: asyncio.StreamWriter | None = None
@@ -271,9 +302,19 @@ class MeterClient:
                 if attempt == attempts - 1:
                     raise
                 await asyncio.sleep(0.1)
-        writer.write(json.dumps({"hello": 1, "pid": os.getpid()}).encode() + b"\n")
+        greeting: dict[str, Any] = {"hello": 1, "pid": os.getpid()}
+        if self.token is not None:
+            greeting["token"] = self.token
+        writer.write(json.dumps(greeting).encode() + b"\n")
         await writer.drain()
-        hello: dict[str, Any] = json.loads(await reader.readline())
+        answer = await reader.readline()
+        if not answer:
+            writer.close()
+            raise ConnectionRefusedError(
+                f"the meter service at {self.url} closed the connection: is {METER_TOKEN_ENV} "
+                "the same as the service's?"
+            )
+        hello: dict[str, Any] = json.loads(answer)
         self._writer = writer
         return hello
 

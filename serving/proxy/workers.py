@@ -178,7 +178,7 @@ async def _fleet(
     from app.db import make_engine
     from serving.proxy.app import check_engine_counters, open_sink, replica_states
     from serving.proxy.config import ProxyConfig
-    from serving.proxy.meter_service import MeterService, serve_meters
+    from serving.proxy.meter_service import MeterService, meter_token, serve_meters
     from serving.proxy.metrics import ProxyMetrics
     from serving.proxy.state import Clock, ProxyState
 
@@ -203,7 +203,7 @@ async def _fleet(
     async with httpx.AsyncClient(timeout=10.0) as client:
         state = ProxyState(config=config, client=client, metrics=metrics, sink=sink,
                            clock=clock, replicas=replica_states(config, clock))  # fmt: skip
-        service = MeterService(state, lateness_s=config.meter_lateness_s)
+        service = MeterService(state, lateness_s=config.meter_lateness_s, token=meter_token())
         stop = asyncio.Event()
         last_check = time.monotonic()
 

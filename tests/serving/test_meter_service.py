@@ -181,3 +181,33 @@ def _event(event_id: str, clock: Clock) -> UsageEvent:
         deployment="d", replica="a", model="m", endpoint="completions", streamed=True,
         spec_method="none", spec_k=None, arrived_at=at, first_token_at=None, finished_at=at,
     )  # fmt: skip
+
+
+def test_a_meter_service_with_a_token_refuses_clients_without_it(tmp_path: Path) -> None:
+    """The records a client sends decide who pays: a client with a wrong or no token is
+    disconnected before it can send any, and one with the token is served."""
+    service, _state, sink, _log = _service(tmp_path)
+    secret = "s3cret-" + uuid.uuid4().hex
+    service.token = secret
+
+    async def main() -> list[str]:
+        server = await asyncio.start_server(service.handle, "127.0.0.1", 0)
+        url = f"tcp://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+        outcomes = []
+        for token in (None, "wrong", secret):
+            client = MeterClient(url, flush_interval_s=0.01, token=token)
+            try:
+                await client.connect(attempts=1)
+            except ConnectionRefusedError as exc:
+                outcomes.append("refused" if secret not in str(exc) else "refused, naming it")
+            else:
+                outcomes.append("served")
+                await client.aclose()
+        server.close()
+        await server.wait_closed()
+        return outcomes
+
+    try:
+        assert asyncio.run(main()) == ["refused", "refused", "served"]
+    finally:
+        sink.close()

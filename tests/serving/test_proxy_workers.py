@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -141,8 +142,9 @@ def test_workers_on_one_port_meter_every_request_once_and_conserve_gpu_time(
 
 
 def test_two_proxy_hosts_share_one_meter_and_conserve_gpu_time(  # B: 2 workers, no meters
-    engine, db_url, tmp_path, replica_url
+    engine, db_url, tmp_path, replica_url, monkeypatch
 ):
+    monkeypatch.setenv("SPECLEDGER_METER_TOKEN", "shared-" + uuid.uuid4().hex)
     keys = {"a": proxy_key(engine, "a"), "b": proxy_key(engine, "b")}
     port_a, port_b, meter_port = free_port(), free_port(), free_port()
     meter = f"tcp://127.0.0.1:{meter_port}"
