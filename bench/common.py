@@ -6,8 +6,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import uvicorn
-from fastapi import FastAPI
 from sqlalchemy import make_url, text
+from starlette.types import ASGIApp
 
 from app.db import make_engine
 
@@ -27,7 +27,7 @@ def fresh_postgres(url: str, name: str) -> str:
 
 
 @contextmanager
-def serve(app: FastAPI) -> Iterator[str]:
+def serve(app: ASGIApp) -> Iterator[str]:
     """Serve ``app`` (lifespan included) on a free port, uvicorn in a thread, until the
     block ends; yields its base URL."""
     server = uvicorn.Server(

@@ -8,17 +8,14 @@ client that hangs up closes the fake's stream (counted in ``fake.aborted``).
 
 import asyncio
 import contextlib
-import threading
-import time
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
-import uvicorn
+from starlette.types import Receive, Scope, Send
 
 from tests.serving.fake_vllm import FakeVllm
 
-__all__ = ["FakeVllmServer", "fake_vllm_on_a_port"]
+__all__ = ["FakeVllmServer"]
 
 
 class FakeVllmServer:
@@ -29,7 +26,7 @@ class FakeVllmServer:
         self.clients: set[tuple[str, int]] = set()
         """The client sockets that sent requests (one per connection)."""
 
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
             while (message := await receive())["type"] != "lifespan.shutdown":
                 await send({"type": "lifespan.startup.complete"})
@@ -82,22 +79,3 @@ class FakeVllmServer:
         else:
             await send({"type": "http.response.body", "body": response.content, "more_body": True})
         await send({"type": "http.response.body", "body": b""})
-
-
-@contextlib.contextmanager
-def fake_vllm_on_a_port(app: FakeVllmServer) -> Iterator[str]:
-    """Serve the fake on a free port (uvicorn in a thread); yields its base URL."""
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="critical"))
-    thread = threading.Thread(target=server.run, name="fake-vllm", daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            raise RuntimeError("the fake vLLM did not start")
-        time.sleep(0.02)
-    port = server.servers[0].sockets[0].getsockname()[1]
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(30)

@@ -15,7 +15,7 @@ import pytest
 
 from serving.proxy.app import ProxyConfig, ReplicaSpec, create_proxy_app
 from tests.serving.fake_vllm import FakeVllm
-from tests.serving.fake_vllm_server import FakeVllmServer, fake_vllm_on_a_port
+from tests.serving.fake_vllm_server import FakeVllmServer
 from tests.serving.proxy_helpers import (
     assert_gpu_time_conserved,
     bearer,
@@ -33,7 +33,7 @@ def fake() -> FakeVllm:
 @pytest.fixture
 def upstream(fake: FakeVllm) -> Iterator[tuple[FakeVllmServer, str]]:
     app = FakeVllmServer(fake)
-    with fake_vllm_on_a_port(app) as url:
+    with serve(app) as url:
         yield app, url
 
 

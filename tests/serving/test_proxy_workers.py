@@ -18,8 +18,9 @@ from typing import Any
 import httpx
 import pytest
 
+from bench.common import serve
 from tests.serving.fake_vllm import FakeVllm
-from tests.serving.fake_vllm_server import FakeVllmServer, fake_vllm_on_a_port
+from tests.serving.fake_vllm_server import FakeVllmServer
 from tests.serving.proxy_helpers import (
     assert_gpu_time_conserved,
     bearer,
@@ -33,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture
 def replica_url() -> Iterator[str]:
-    with fake_vllm_on_a_port(FakeVllmServer(FakeVllm())) as url:
+    with serve(FakeVllmServer(FakeVllm())) as url:
         yield url
 
 
