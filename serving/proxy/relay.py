@@ -13,9 +13,9 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 import httpx
@@ -51,6 +51,7 @@ from serving.proxy.wire import (
 )
 
 log = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 
 SESSION_HEADER = "X-Session-Id"
@@ -419,24 +420,17 @@ async def forward(
     path = "/v1/completions" if endpoint is Endpoint.completions else "/v1/chat/completions"
     hangup = _Hangup(receive)
     try:
-        try:
-            assert state.upstream is not None
-            upstream = await state.upstream.send(
+        assert state.upstream is not None
+        upstream = await _from_upstream(
+            state.upstream.send(
                 "POST", replica.spec.base_url + path, headers=forward_headers(headers),
                 content=content,
-            )  # fmt: skip
-        except UpstreamError as exc:
-            hangup.done = True
-            await _unavailable(state, request, exc, send)
+            ),
+            state, request, send, hangup,
+            gave_up="the client disconnected before the model server answered",
+        )  # fmt: skip
+        if upstream is None:
             return
-        except asyncio.CancelledError:
-            _abandoned(state, request, "the client disconnected before the model server answered")
-            if hangup.caught():
-                return
-            raise
-        except BaseException:
-            _abandoned(state, request, "the client disconnected before the model server answered")
-            raise
         response_headers = _response_headers(upstream, request)
         content_type = upstream.header(b"content-type") or b""
         if (
@@ -450,6 +444,41 @@ async def forward(
             await _complete(state, request, upstream, send, hangup, response_headers)
     finally:
         hangup.stop()
+
+
+async def _from_upstream(
+    step: Awaitable[_T],
+    state: ProxyState,
+    request: InFlight,
+    send: Send,
+    hangup: _Hangup,
+    *,
+    gave_up: str,
+) -> _T | None:
+    """``step``'s result; None when it failed and the request is over: a 503 sent for an
+    upstream failure, or the request recorded as abandoned (``gave_up``) when the client
+    hung up."""
+    try:
+        return await step
+    except UpstreamError as exc:
+        hangup.done = True
+        await _unavailable(state, request, exc, send)
+        return None
+    except asyncio.CancelledError:
+        _abandoned(state, request, gave_up)
+        if hangup.caught():
+            return None
+        raise
+    except BaseException:
+        _abandoned(state, request, gave_up)
+        raise
+
+
+async def _read_whole(upstream: UpstreamResponse) -> bytes:
+    try:
+        return await upstream.read()
+    finally:
+        await upstream.aclose()
 
 
 def _abandoned(state: ProxyState, request: InFlight, error: str) -> None:
@@ -474,23 +503,12 @@ async def _complete(
     headers: list[tuple[bytes, bytes]],
 ) -> None:
     """Read a whole response, meter it and hand it on unchanged."""
-    try:
-        try:
-            payload = await upstream.read()
-        finally:
-            await upstream.aclose()
-    except UpstreamError as exc:
-        hangup.done = True
-        await _unavailable(state, request, exc, send)
+    payload = await _from_upstream(
+        _read_whole(upstream), state, request, send, hangup,
+        gave_up="the client disconnected before the response was complete",
+    )  # fmt: skip
+    if payload is None:
         return
-    except asyncio.CancelledError:
-        _abandoned(state, request, "the client disconnected before the response was complete")
-        if hangup.caught():
-            return
-        raise
-    except BaseException:
-        _abandoned(state, request, "the client disconnected before the response was complete")
-        raise
     hangup.done = True
     try:
         parsed = parse_response(json.loads(payload))
