@@ -4,6 +4,9 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 TEST_DB ?= specledger_test
+# The demo, the model and the engines live in this checkout's .specledger; the commands
+# alone default to the platform's user data folder (app/settings.py).
+export SPECLEDGER_DATA_DIR ?= $(CURDIR)/.specledger
 
 .PHONY: install demo test test-serving test-serving-only test-fast lint fmt postgres java slurm serving-env model distill browser screenshot clean focus-validator
 

@@ -6,9 +6,10 @@ Settings are passed in, never imported at module level: entry points call
 
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
-from pydantic import Field, model_validator
+from platformdirs import user_data_path
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -23,12 +24,13 @@ class Settings(BaseSettings):
         "dev", description="Deployment environment: dev, test or prod."
     )
     data_dir: Path = Field(
-        Path(".specledger"),
+        default_factory=lambda: user_data_path("specledger"),
         description="Folder for the embedded database, engine configs and logs, model cache "
-        "and exports.",
+        "and exports. Default: the platform's user data folder (~/.local/share/specledger on "
+        "Linux); a relative path is taken from the folder the command starts in.",
     )
     database_url: str = Field(
-        "sqlite+pysqlite:///./.specledger/specledger.db",
+        default_factory=lambda data: _sqlite_url(data["data_dir"]),
         description="SQLAlchemy URL: a SQLite file (default: specledger.db in the data dir) or "
         "postgresql+psycopg://user@host/db.",
     )
@@ -69,12 +71,12 @@ class Settings(BaseSettings):
         "USD", description="Currency used when a figure has no billing row to take one from."
     )
 
-    @model_validator(mode="before")
+    @field_validator("data_dir")
     @classmethod
-    def _database_in_data_dir(cls, values: Any) -> Any:
-        if isinstance(values, dict) and "database_url" not in values and "data_dir" in values:
-            values = {**values, "database_url": _sqlite_url(Path(values["data_dir"]))}
-        return values
+    def _absolute(cls, data_dir: Path) -> Path:
+        # A relative folder would follow the working directory, so a command run from
+        # elsewhere would silently open another, empty database.
+        return data_dir.expanduser().absolute()
 
     @property
     def engines_dir(self) -> Path:

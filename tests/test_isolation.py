@@ -7,11 +7,12 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from platformdirs import user_data_path
 
 from app.settings import Settings, get_settings
 from tests.conftest import ROOT
 
-DEFAULT_DATABASE_URL = Settings.model_fields["database_url"].default
+DEFAULT_DATABASE_URL = f"sqlite+pysqlite:///{user_data_path('specledger') / 'specledger.db'}"
 LEAKED_URL = "sqlite+pysqlite:///leaked-from-the-developer.db"
 
 CHILD_TEST = textwrap.dedent(

@@ -103,11 +103,15 @@ def find_sweep_by_digest(session: Session, digest: str) -> Sweep | None:
     return None
 
 
-def latest_fitted_sweep(session: Session) -> Sweep | None:
-    """The newest sweep that has a stored fit."""
-    return session.scalars(
-        select(Sweep).where(Sweep.fit.is_not(None)).order_by(Sweep.id.desc()).limit(1)
-    ).first()
+def latest_fitted_sweep(session: Session, deployment: str | None = None) -> Sweep | None:
+    """The newest sweep that has a stored fit: the deployment's own when it has one, else
+    the newest that belongs to no deployment (never another deployment's)."""
+    fitted = select(Sweep).where(Sweep.fit.is_not(None)).order_by(Sweep.id.desc()).limit(1)
+    if deployment is not None:
+        own = session.scalars(fitted.where(Sweep.deployment == deployment)).first()
+        if own is not None:
+            return own
+    return session.scalars(fitted.where(Sweep.deployment.is_(None))).first()
 
 
 def set_fit(session: Session, sweep: Sweep, fit: dict[str, Any] | None) -> None:

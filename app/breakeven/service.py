@@ -33,6 +33,7 @@ from app.breakeven import repository
 from app.breakeven.render import measured_crossing
 from app.breakeven.schemas import StoredFit
 from app.breakeven.sweep_file import SweepFileError, SweepRow, read_sweep_file
+from app.deployments.service import get_deployment
 from app.domain.breakeven.model import ScheduleBand, raise_bands
 from app.domain.breakeven.report import BreakevenFit, breakeven_fit_as_dict, fit_breakeven
 from app.domain.breakeven.schedule_check import (
@@ -104,7 +105,12 @@ def fit_rows(
 
 
 def fit_sweep_file(
-    session: Session | None, *, path: Path, bootstrap_samples: int = 200, seed: int = 0
+    session: Session | None,
+    *,
+    path: Path,
+    bootstrap_samples: int = 200,
+    seed: int = 0,
+    deployment: str | None = None,
 ) -> FitOutcome:
     """Read, check and fit a sweep CSV; store the sweep, its points and its fit.
 
@@ -116,13 +122,20 @@ def fit_sweep_file(
         path: The sweep CSV.
         bootstrap_samples: Bootstrap replicates for the breakeven interval.
         seed: Seed of the bootstrap.
+        deployment: The registered deployment the sweep measured; its waste findings,
+            autoscaling advice and ``breakeven apply`` then use this sweep.
 
     Returns:
         The fit, its JSON form and the stored sweep's id.
 
     Raises:
         SweepFileError: On an unreadable file or degenerate data; names file, row and column.
+        UnknownDeployment: No deployment has that name.
     """
+    if deployment is not None:
+        if session is None:
+            raise BreakevenError("a sweep tied to a deployment must be stored (drop --no-store)")
+        get_deployment(session, deployment)
     sweep_file = read_sweep_file(path)
     fit, body = fit_rows(
         sweep_file.rows, source=str(path), bootstrap_samples=bootstrap_samples, seed=seed
@@ -141,6 +154,8 @@ def fit_sweep_file(
         existing = repository.find_sweep_by_digest(session, digest)
         if existing is not None:
             existing.settings = {**(existing.settings or {}), **settings}
+            if deployment is not None:
+                existing.deployment = deployment
             repository.set_fit(session, existing, body)
             sweep_id = existing.id
         else:
@@ -150,6 +165,7 @@ def fit_sweep_file(
                 rows=[*sweep_file.rows, *sweep_file.scheduled],
                 settings=settings,
                 fit=body,
+                deployment=deployment,
             )
             sweep_id = sweep.id
         body = {"sweep_id": sweep_id, **body}
@@ -246,7 +262,7 @@ def read_stored_fit(body: object, source: str) -> StoredFit:
 
 
 def _fit_body(
-    session: Session, *, sweep_id: int | None, fit_path: Path | None
+    session: Session, *, sweep_id: int | None, fit_path: Path | None, deployment: str | None
 ) -> tuple[StoredFit, str]:
     if sweep_id is not None and fit_path is not None:
         raise BreakevenError("give --sweep or --fit, not both")
@@ -259,13 +275,15 @@ def _fit_body(
     sweep = (
         repository.get_sweep(session, sweep_id)
         if sweep_id is not None
-        else repository.latest_fitted_sweep(session)
+        else repository.latest_fitted_sweep(session, deployment)
     )
     if sweep is None:
+        owner = f" for deployment {deployment!r} (nor one of no deployment)" if deployment else ""
         raise SweepNotFound(
             f"no sweep {sweep_id}"
             if sweep_id is not None
-            else "no fitted sweep yet; run `specledger breakeven fit sweep.csv`"
+            else f"no fitted sweep yet{owner}; run `specledger breakeven fit sweep.csv"
+            + (f" --deployment {deployment}`" if deployment else "`")
         )
     if sweep.fit is None:
         raise BreakevenError(
@@ -276,7 +294,12 @@ def _fit_body(
 
 
 def fitted_schedule(
-    session: Session, *, sweep_id: int | None = None, fit_path: Path | None = None, min_k: int = 0
+    session: Session,
+    *,
+    sweep_id: int | None = None,
+    fit_path: Path | None = None,
+    min_k: int = 0,
+    deployment: str | None = None,
 ) -> FittedSchedule:
     """The schedule of a fit: stored with a sweep, the newest fitted sweep, or a
     ``breakeven fit --json`` file.
@@ -285,6 +308,8 @@ def fitted_schedule(
         session: Database session (stored fits).
         sweep_id: Take the fit stored with this sweep.
         fit_path: Take the fit from a ``breakeven fit --json`` file instead.
+        deployment: Without a sweep or file: the deployment's newest fitted sweep, else the
+            newest fitted sweep of no deployment.
         min_k: Raise bands below this k to it (adjacent equal bands merge), unless the
             schedule never speculates. 1 keeps the drafter drafting where the fit says k=0:
             vLLM's k=0 path with a drafter loaded ran 16% slower than plain decoding at
@@ -294,7 +319,7 @@ def fitted_schedule(
         SweepNotFound: No such sweep, or no fitted sweep.
         BreakevenError: A sweep without a fit, or a file that is not a fit.
     """
-    fit, source = _fit_body(session, sweep_id=sweep_id, fit_path=fit_path)
+    fit, source = _fit_body(session, sweep_id=sweep_id, fit_path=fit_path, deployment=deployment)
     bands = fit.bands
     if not bands:
         raise BreakevenError(f"{source}: the fit has an empty schedule")

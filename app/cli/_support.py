@@ -75,6 +75,7 @@ def open_engine(settings: Settings) -> Iterator[Engine]:
     from app import migrate
     from app.db import make_engine
 
+    _say_if_new_database(settings.database_url)
     engine = make_engine(settings.database_url)
     try:
         migrate.ensure_schema(
@@ -83,6 +84,26 @@ def open_engine(settings: Settings) -> Iterator[Engine]:
         yield engine
     finally:
         engine.dispose()
+
+
+def _say_if_new_database(url: str) -> None:
+    """A note on stderr when this command is about to create the embedded database, so a
+    command run with another data folder does not silently answer from an empty one."""
+    from pathlib import Path
+
+    from sqlalchemy.engine import make_url
+
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:"):
+        return
+    path = Path(parsed.database)
+    if not path.exists():
+        err.print(
+            f"note: creating a new, empty database at {escape(str(path))} "
+            "(SPECLEDGER_DATA_DIR or SPECLEDGER_DATABASE_URL choose another)",
+            highlight=False,
+            soft_wrap=True,
+        )
 
 
 ProgressHook = Callable[[str, int, int], None]

@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Annotated, TypeVar
 import typer
 
 from app.cli._support import open_engine, user_errors
-from serving.engine.paths import DEFAULT_ENGINES_DIR
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
@@ -48,6 +47,13 @@ def fit(
     store: Annotated[
         bool, typer.Option(help="Store the sweep and its fit in the database.")
     ] = True,
+    deployment: Annotated[
+        str | None,
+        typer.Option(
+            help="The registered deployment this sweep measured: its waste findings, "
+            "autoscaling advice and `breakeven apply` then use this sweep."
+        ),
+    ] = None,
 ) -> None:
     """Fit the step-time model to a sweep and report the breakeven concurrency.
 
@@ -72,11 +78,15 @@ def fit(
                 session.begin(),
             ):
                 outcome = service.fit_sweep_file(
-                    session, path=path, bootstrap_samples=bootstrap, seed=seed
+                    session,
+                    path=path,
+                    bootstrap_samples=bootstrap,
+                    seed=seed,
+                    deployment=deployment,
                 )
         else:
             outcome = service.fit_sweep_file(
-                None, path=path, bootstrap_samples=bootstrap, seed=seed
+                None, path=path, bootstrap_samples=bootstrap, seed=seed, deployment=deployment
             )
     if as_json:
         typer.echo(json.dumps(outcome.body, indent=2))
@@ -102,14 +112,18 @@ def apply(
     ],
     sweep: Annotated[
         int | None,
-        typer.Option(help="Use the fit stored with this sweep (default: the newest fitted sweep)."),
+        typer.Option(
+            help="Use the fit stored with this sweep (default: the deployment's newest fitted "
+            "sweep, else the newest fitted sweep of no deployment)."
+        ),
     ] = None,
     fit_file: Annotated[
         Path | None, typer.Option("--fit", help="Use a fit saved with `breakeven fit --json`.")
     ] = None,
     engines_dir: Annotated[
-        Path, typer.Option(help="Folder of engine configs.")
-    ] = DEFAULT_ENGINES_DIR,
+        Path | None,
+        typer.Option(help="Folder of engine configs (default: engines/ in SPECLEDGER_DATA_DIR)."),
+    ] = None,
     min_k: Annotated[
         int,
         typer.Option(
@@ -131,9 +145,10 @@ def apply(
     from app.settings import get_settings
     from serving.engine.schedule import apply_schedule
 
+    settings = get_settings()
     with (
         user_errors(),
-        open_engine(get_settings()) as engine,
+        open_engine(settings) as engine,
         Session(engine) as session,
         session.begin(),
     ):
@@ -142,7 +157,7 @@ def apply(
             deployment=deployment,
             sweep_id=sweep,
             fit_path=fit_file,
-            engines_dir=engines_dir,
+            engines_dir=engines_dir or settings.engines_dir,
             min_k=min_k,
         )
     bands = json.dumps([[b.start, b.end, b.k] for b in applied.bands])

@@ -11,7 +11,7 @@ import typer
 
 from app.cli._support import UserError, err, open_engine, progress_bar, user_errors
 from app.cli.engine import DEFAULT_DRAFT_LAYERS
-from serving.engine.paths import DEFAULT_ENGINES_DIR, DEFAULT_VLLM_PYTHON
+from serving.engine.paths import DEFAULT_VLLM_PYTHON
 
 if TYPE_CHECKING:
     from app.breakeven.sweep_file import SweepRow
@@ -232,8 +232,11 @@ def sweep(
         ),
     ] = 0.0,
     engines_dir: Annotated[
-        Path, typer.Option(help="Folder of engine state files.")
-    ] = DEFAULT_ENGINES_DIR,
+        Path | None,
+        typer.Option(
+            help="Folder of engine state files (default: engines/ in SPECLEDGER_DATA_DIR)."
+        ),
+    ] = None,
 ) -> None:
     """Measure throughput, TTFT/TPOT percentiles and acceptance against concurrency.
 
@@ -255,7 +258,9 @@ def sweep(
         raise typer.BadParameter(
             "--route-by-load starts its own engines; it cannot be combined with --proxy"
         )
-    cache = model_prep.DEFAULT_CACHE_DIR
+    if store and deployment is not None:
+        _check_deployment(deployment)
+    cache = settings.models_dir
     if dtype not in ("bfloat16", "float16", "float32", "auto"):
         raise typer.BadParameter("--dtype must be bfloat16, float16, float32 or auto")
     base = EngineConfig.model_validate(
@@ -299,7 +304,7 @@ def sweep(
                         requests_per_level=requests_per_level,
                         prompts=prompt_set,
                         work_dir=work_dir,
-                        engines_dir=engines_dir,
+                        engines_dir=engines_dir or settings.engines_dir,
                         warmup=warmup,
                         repeats=repeats,
                         gpus=gpus,
@@ -328,6 +333,16 @@ def sweep(
             repeats=repeats,
             work_dir=work_dir,
         )
+
+
+def _check_deployment(deployment: str) -> None:
+    """Refuse an unknown deployment before the sweep runs, not after it."""
+    from app.db import read_session
+    from app.deployments.service import get_deployment
+    from app.settings import get_settings
+
+    with user_errors(), open_engine(get_settings()) as engine, read_session(engine) as session:
+        get_deployment(session, deployment)
 
 
 def _store(

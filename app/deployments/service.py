@@ -8,6 +8,7 @@ from sqlalchemy.orm import Session
 
 from app.domain.errors import Conflict, Invalid, NotFound
 from app.domain.ledger import SharedPolicy
+from app.domain.names import unknown_name
 from app.models import Deployment, Replica
 
 
@@ -85,8 +86,11 @@ def add_replica(
 def get_deployment(session: Session, name: str) -> Deployment:
     deployment = session.scalar(select(Deployment).where(Deployment.name == name))
     if deployment is None:
+        known = session.scalars(select(Deployment.name)).all()
         raise UnknownDeployment(
-            f"unknown deployment {name!r}; register it with `specledger deployments add`"
+            unknown_name(
+                "deployment", name, known, hint="register it with `specledger deployments add`"
+            )
         )
     return deployment
 

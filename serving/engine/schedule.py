@@ -130,7 +130,9 @@ def apply_schedule(
             than the engine's.
     """
     record = get_deployment(session, deployment)
-    schedule = fitted_schedule(session, sweep_id=sweep_id, fit_path=fit_path, min_k=min_k)
+    schedule = fitted_schedule(
+        session, sweep_id=sweep_id, fit_path=fit_path, min_k=min_k, deployment=deployment
+    )
     path = engine_config_path(deployment, engines_dir)
     engine = _load_engine(deployment, path, record.engine_config)
     updated, note = _with_schedule(engine, schedule.bands, method=schedule.method, k=schedule.k)
