@@ -12,6 +12,7 @@ from app.cli._support import (
     STORE_HELP,
     UserError,
     as_utc,
+    err,
     open_engine,
     open_store,
     parse_month,
@@ -24,6 +25,7 @@ from app.domain.periods import Month
 
 if TYPE_CHECKING:
     from app.allocation.windowing import Window
+    from app.ledger.reconcile import Reconciliation
 
 deployments_app = typer.Typer(
     help="Register deployments and replicas (GPUs, billing link).", no_args_is_help=True
@@ -222,17 +224,84 @@ def ledger_close(
     month: Annotated[
         Month, typer.Argument(help="The month to close, YYYY-MM.", parser=parse_month)
     ],
+    yes: Annotated[
+        bool,
+        typer.Option(
+            "--yes", "-y", help="Close without asking (needed when stdin is not a terminal)."
+        ),
+    ] = False,
 ) -> None:
     """Freeze a month: its ledger entries can never be updated or deleted again (the database
     refuses it). Billing that changes a closed month later becomes adjusting entries in the
-    first open month, naming the month they correct."""
-    from app.db import unit_of_work
+    first open month, naming the month they correct.
+
+    First shows the month's bill with what stays idle and unallocated (billing rows that
+    matched no deployment), then asks; --yes closes without asking."""
+    from app.db import read_session, unit_of_work
+    from app.ledger.reconcile import reconcile
     from app.ledger.service import close_month
     from app.settings import get_settings
 
-    with user_errors(), open_engine(get_settings()) as engine, unit_of_work(engine) as session:
-        closure = close_month(session, month)
+    with user_errors(), open_engine(get_settings()) as engine:
+        with read_session(engine) as session:
+            summary = reconcile(session, month)
+        for line in close_summary(summary):
+            err.print(line, highlight=False, soft_wrap=True)
+        if not yes:
+            if not _interactive():
+                raise UserError(
+                    f"closing {month} is permanent: run again with --yes to confirm "
+                    "(stdin is not a terminal, so there is no one to ask)"
+                )
+            if not typer.confirm(f"Close {month} for good?", default=False, err=True):
+                err.print(f"{month} left open")
+                raise typer.Exit(1)
+        with unit_of_work(engine) as session:
+            closure = close_month(session, month)
     typer.echo(f"{month} closed (run {closure.run_id})")
+
+
+def _interactive() -> bool:
+    return sys.stdin.isatty()
+
+
+def _share(part: int, whole: int) -> str:
+    return f" ({100 * part / whole:.1f}%)" if whole else ""
+
+
+def close_summary(summary: "Reconciliation") -> list[str]:
+    """What a close freezes, per currency: the bill, and how much of it stays idle or
+    unallocated (with the unallocated rows' count), so nobody closes a month by mistake."""
+    from app.domain.ledger import EntryKind
+
+    lines = []
+    sums = summary.by_currency()
+    for currency in sorted(set(summary.bill) | set(sums)):
+        bill = summary.bill.get(currency)
+        kinds = sums.get(currency, {})
+        billed = bill.effective if bill else 0
+        idle = kinds[EntryKind.idle].effective if EntryKind.idle in kinds else 0
+        unallocated = (
+            kinds[EntryKind.unallocated].effective if EntryKind.unallocated in kinds else 0
+        )
+        lines.append(
+            f"{summary.month} {currency}: bill {format_micros(billed)}, idle "
+            f"{format_micros(idle)}{_share(idle, billed)}, unallocated "
+            f"{format_micros(unallocated)}{_share(unallocated, billed)}"
+        )
+    if summary.unallocated_rows:
+        lines.append(
+            f"{len(summary.unallocated_rows)} billing rows matched no deployment "
+            f"(`specledger reconcile --month {summary.month}` lists them)"
+        )
+    if summary.pending_rows:
+        lines.append(
+            f"{summary.pending_rows} billing rows arrived after the allocation run: "
+            f"run `specledger allocate --month {summary.month}` before closing"
+        )
+    if not sums and not summary.bill:
+        lines.append(f"{summary.month}: no bill and no ledger entries")
+    return lines
 
 
 @ledger_app.command("verify")

@@ -121,7 +121,7 @@ def test_a_month_allocated_from_and_into_s3_reconciles_and_stays_provably_closed
     assert shares.num_rows == summary["entries"]
     assert pc.sum(shares["EffectiveCost"]).as_py() == total
 
-    _ok("ledger", "close", "2026-11")
+    _ok("ledger", "close", "2026-11", "--yes")
     assert "unchanged since the close" in _ok("ledger", "verify", "2026-11")
     entry_keys = sorted(
         o["Key"]
