@@ -27,6 +27,7 @@ from app.cli import (
     slurm,
     speculation,
     usage,
+    waste,
 )
 from app.cli._help import ReflowingGroup
 
@@ -60,6 +61,7 @@ probe.register(app)
 health.register(app)
 speculation.register(app)
 advise.register(app)
+waste.register(app)
 
 
 def main() -> None:

@@ -6,12 +6,11 @@ from fastapi import APIRouter, Query
 
 from app.auth.deps import PrincipalDep, team_scope
 from app.deps import NowDep, SessionDep, SettingsDep
-from app.domain.waste import Thresholds, monthly_total
+from app.domain.waste import Thresholds
 from app.errors import RESPONSES_READ
 from app.kit.http_params import TeamQuery, WindowDep
-from app.kit.schemas import WindowRead, money
 from app.waste import service
-from app.waste.schemas import FindingRead, WasteRead
+from app.waste.schemas import WasteRead, waste_read
 
 router = APIRouter(prefix="/waste", tags=["waste"])
 
@@ -65,25 +64,4 @@ def get_waste(
         default_currency=settings.default_currency,
         s3_endpoint_url=settings.s3_endpoint_url,
     )
-    return WasteRead(
-        window=WindowRead.of(window),
-        observed_seconds=report.observed_seconds,
-        currency=report.currency,
-        acceptance_threshold=acceptance_threshold,
-        confidence=confidence,
-        idle_share_threshold=idle_threshold,
-        estimated_monthly_total=money(monthly_total(report.findings)),
-        findings=[
-            FindingRead(
-                kind=f.kind,
-                scope=f.scope,
-                key=f.key,
-                window_cost=money(f.window_cost_micros),
-                estimated_monthly_cost=money(f.monthly_cost_micros),
-                action=f.action,
-                detail=f.detail,
-                metrics=dict(f.metrics),
-            )
-            for f in report.findings
-        ],
-    )
+    return waste_read(report, window, thresholds)
