@@ -17,16 +17,18 @@ from __future__ import annotations
 
 import gzip
 import json
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from sqlalchemy import Connection, Engine
 
 from app.domain.errors import Invalid
+from app.domain.names import unknown_name
 from app.domain.usage import ReplicaIdleEvent, UsageEvent
 from app.kit.dataset_store import DatasetStore
 from app.usage.columns import events_columns
@@ -60,7 +62,8 @@ class UsageInputError(IngestError):
 
 
 def _where(problem: Problem) -> str:
-    return problem.file if problem.row is None else f"{problem.file}, line {problem.row}"
+    where = problem.file if problem.row is None else f"{problem.file}, line {problem.row}"
+    return where if problem.column is None else f"{where}, field {problem.column}"
 
 
 @dataclass
@@ -144,6 +147,7 @@ def load_usage(
     store: DatasetStore | None = None,
     progress: Callable[[int, int], None] | None = None,
     block_bytes: int = BLOCK_BYTES,
+    deployments: Collection[str] | None = None,
 ) -> UsageLoadReport:
     """Load JSONL usage files into the database in one transaction, or their usage records
     into a Parquet store (idle records still go to the database). The store keeps every
@@ -153,6 +157,9 @@ def load_usage(
     usage records go in with COPY (PostgreSQL) or one ``executemany`` per block (SQLite),
     or as one set of Parquet files per block. ``progress(done, total)`` is told the bytes
     read so far (of plain files; a ``.gz`` file counts its compressed size once read).
+
+    ``deployments``: the registered deployments; a usage record naming another is a problem
+    (its usage would be priced at nothing). None loads every deployment's records.
 
     Raises:
         UsageInputError: If any line of any file is bad; nothing is written then.
@@ -174,6 +181,10 @@ def load_usage(
                 savepoint.rollback()
                 loaded = _load_records(conn, path, store is not None, bool(problems))
             problems.extend(loaded.problems)
+            if deployments is not None:
+                problems.extend(
+                    _unregistered(path, loaded.deployments - set(deployments), deployments)
+                )
             report.lines += loaded.lines
             report.usage_read += loaded.usage_read
             report.usage_inserted += loaded.usage_inserted
@@ -220,6 +231,37 @@ class _Loaded:
     stored: list[pa.Table] = field(default_factory=list)
     """Usage records for the store, written once every file is known good."""
     idle: list[ReplicaIdleEvent] = field(default_factory=list)
+    deployments: set[str] = field(default_factory=set)
+    """The deployments its usage records name."""
+
+
+def _unregistered(path: Path, names: set[str], known: Collection[str]) -> list[Problem]:
+    """A problem per deployment the file names that is not registered, at its first line
+    (found by reading the file again: this is the error path only)."""
+    if not names:
+        return []
+    first: dict[str, int] = {}
+    for number, line in _lines(path):
+        if '"deployment"' in line:
+            name = json.loads(line).get("deployment")
+            if name in names and name not in first:
+                first[name] = number
+    return [
+        Problem(
+            file=str(path),
+            row=first.get(name),
+            column="deployment",
+            value=name,
+            reason=unknown_name(
+                "deployment",
+                name,
+                known,
+                hint=f"register it (`specledger deployments add {name}`) so its usage is "
+                "priced, or load with --allow-unknown-deployments to hold it unpriced",
+            ),
+        )
+        for name in sorted(names)
+    ]
 
 
 def _load_file(
@@ -269,6 +311,7 @@ def _add_usage(
     conn: Connection, loaded: _Loaded, usage: pa.Table, to_store: bool, rejected: bool
 ) -> None:
     loaded.usage_read += usage.num_rows
+    loaded.deployments.update(pc.unique(usage.column("deployment")).to_pylist())
     if rejected or usage.num_rows == 0:
         return
     if to_store:

@@ -27,18 +27,39 @@ def ingest_usage(
             "s3://bucket/prefix) instead of the database; default SPECLEDGER_LEDGER_STORE."
         ),
     ] = None,
+    allow_unknown_deployments: Annotated[
+        bool,
+        typer.Option(
+            help="Load records of deployments that are not registered; they stay unpriced "
+            "(no billing row reaches them) and `specledger reconcile` lists them."
+        ),
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
 ) -> None:
     """Load usage records idempotently: records whose event id is already stored are
-    skipped, so loading a file twice changes nothing. A bad line rejects the input, naming
-    the file and line, and nothing is written."""
+    skipped, so loading a file twice changes nothing. A bad line, or a record of a
+    deployment that is not registered, rejects the input, naming the file, line and field,
+    and nothing is written."""
+    from sqlalchemy import select
+
     from app.cli._support import open_engine, open_store, user_errors
+    from app.models import Deployment
     from app.settings import get_settings
     from ingest.usage import load_usage
 
     settings = get_settings()
     with user_errors(), open_engine(settings) as engine, _progress_bar() as progress:
-        report = load_usage(engine, paths, store=open_store(settings, store), progress=progress)
+        registered = None
+        if not allow_unknown_deployments:
+            with engine.connect() as conn:
+                registered = set(conn.scalars(select(Deployment.name)))
+        report = load_usage(
+            engine,
+            paths,
+            store=open_store(settings, store),
+            progress=progress,
+            deployments=registered,
+        )
     if as_json:
         typer.echo(json.dumps(report.to_json(), indent=2))
     else:

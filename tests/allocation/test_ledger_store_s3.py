@@ -141,7 +141,17 @@ def test_an_s3_store_whose_bucket_is_missing_is_a_clear_error(
     usage = tmp_path / "usage.jsonl"
     with usage.open("w") as stream:
         write_jsonl(stream, [UsageEvent(**usage_record(arrived=at(1) + timedelta(minutes=1)))])
-    result = runner.invoke(app, ["ingest", "usage", str(usage), "--store", "s3://no-such-bucket/x"])
+    result = runner.invoke(
+        app,
+        [
+            "ingest",
+            "usage",
+            str(usage),
+            "--store",
+            "s3://no-such-bucket/x",
+            "--allow-unknown-deployments",
+        ],
+    )
     assert result.exit_code == 2
     assert "store s3://no-such-bucket/x: cannot write usage" in result.stderr
     assert "testing" not in result.stderr  # no credential in the message
@@ -160,6 +170,7 @@ def test_store_usage_copies_a_month_from_the_database_to_a_folder(
             ]
             + [UsageEvent(**usage_record(arrived=at(0, day=3, month=12)))],  # not November
         )
+    _ok("deployments", "add", "d1")
     _ok("ingest", "usage", str(usage))
     nameless = runner.invoke(app, ["ledger", "store-usage", "2026-11"])
     assert nameless.exit_code == 2

@@ -7,9 +7,11 @@ from pathlib import Path
 import pytest
 import typer
 from sqlalchemy import delete, func, select
+from sqlalchemy.orm import Session
 from typer.testing import CliRunner
 
 from app.cli.usage import register
+from app.deployments.service import add_deployment
 from app.domain.usage import ReplicaIdleEvent, UsageEvent
 from app.models import ReplicaIdle, UsageRecord
 from ingest.usage import UsageInputError, load_usage, read_usage_file
@@ -80,7 +82,13 @@ def test_a_bad_line_rejects_the_input_naming_file_and_line(engine, tmp_path: Pat
     assert _counts(engine) == (0, 0)
 
 
-def test_cli_prints_the_summary(cli_env, tmp_path: Path):
+def _register(engine, name: str = "smol") -> None:
+    with Session(engine) as session, session.begin():
+        add_deployment(session, name=name)
+
+
+def test_cli_prints_the_summary(cli_env, engine, tmp_path: Path):
+    _register(engine)
     path = _write(tmp_path / "usage.jsonl", [make_event(n) for n in range(3)] + [IDLE])
     result = runner.invoke(_cli(), ["ingest", "usage", str(path)])
     assert result.exit_code == 0, result.output
@@ -89,6 +97,26 @@ def test_cli_prints_the_summary(cli_env, tmp_path: Path):
     result = runner.invoke(_cli(), ["ingest", "usage", str(path), "--json"])
     summary = json.loads(result.output)
     assert summary["usage"] == {"read": 3, "inserted": 0, "already_present": 3}
+
+
+def test_usage_of_an_unregistered_deployment_is_refused_unless_allowed(
+    cli_env, engine, tmp_path: Path
+):
+    _register(engine, "smol-chat")
+    events = [make_event(0, deployment="smol-chat"), make_event(1, deployment="smol-chta")]
+    path = _write(tmp_path / "usage.jsonl", events)
+    result = runner.invoke(_cli(), ["ingest", "usage", str(path)])
+    assert result.exit_code == 2
+    assert f"{path}, line 2, field deployment: unknown deployment 'smol-chta'" in result.output
+    assert "did you mean 'smol-chat'" in result.output
+    assert "--allow-unknown-deployments" in result.output
+    assert _counts(engine) == (0, 0)
+
+    result = runner.invoke(
+        _cli(), ["ingest", "usage", str(path), "--allow-unknown-deployments", "--json"]
+    )
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["usage"]["inserted"] == 2
 
 
 def test_cli_reports_bad_lines_with_exit_status_2(cli_env, tmp_path: Path):
