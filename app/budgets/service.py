@@ -30,7 +30,9 @@ from app.domain.forecast import (
     forecast_spend,
 )
 from app.domain.money import format_micros
-from app.models import Budget
+from app.domain.names import unknown_name
+from app.models import Budget, Deployment
+from app.usage.teams import known_teams
 
 HISTORY_DAYS = 56
 """Days of spend before the period that the forecast learns from (eight weeks)."""
@@ -62,6 +64,34 @@ class NewBudget:
     hard_limit_micros: int | None = None
 
 
+def _check_scope(session: Session, scope: BudgetScope) -> None:
+    """A budget for a team or deployment nobody has heard of would never see spend: refuse
+    it, naming the close known ones (a team is known by its usage or an API key)."""
+    if scope.kind is ScopeKind.team:
+        teams = known_teams(session)
+        if scope.value not in teams:
+            raise BudgetError(
+                unknown_name(
+                    "team",
+                    scope.value,
+                    teams,
+                    hint="a team becomes known with its first request or API key "
+                    "(`specledger keys create --team NAME`)",
+                )
+            )
+    elif scope.kind is ScopeKind.deployment:
+        names = set(session.scalars(select(Deployment.name)))
+        if scope.value not in names:
+            raise BudgetError(
+                unknown_name(
+                    "deployment",
+                    scope.value,
+                    names,
+                    hint="register it with `specledger deployments add`",
+                )
+            )
+
+
 def create_budget(session: Session, new: NewBudget, *, now: datetime | None = None) -> Budget:
     """Add a budget.
 
@@ -88,6 +118,7 @@ def create_budget(session: Session, new: NewBudget, *, now: datetime | None = No
         raise BudgetError("a monthly budget takes no --start or --end")
     if session.scalar(select(Budget.id).where(Budget.name == new.name)) is not None:
         raise BudgetExists(f"a budget named {new.name!r} exists")
+    _check_scope(session, new.scope)
     budget = Budget(
         name=new.name,
         scope_kind=new.scope.kind.value,

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from app.cli._support import open_engine, out, user_errors
+from app.cli._support import open_engine, user_errors
 
 if TYPE_CHECKING:
     from app.waste.schemas import WasteRead
@@ -96,7 +96,10 @@ def waste(
 
 
 def _print_table(body: "WasteRead") -> None:
+    from rich.console import Console
     from rich.table import Table
+
+    out = Console()  # sized by the terminal (or COLUMNS) now, not when imported
 
     span = f"{body.window.start:%Y-%m-%d %H:%M}Z..{body.window.end:%Y-%m-%d %H:%M}Z"
     if not body.findings:

@@ -1,6 +1,7 @@
 """Budget spend on SQLite and PostgreSQL: the ledger where it has allocated, metered usage at
 the deployment's latest unit cost after it, the true-up, thresholds, hard limits, alerts."""
 
+import re
 from datetime import timedelta
 from pathlib import Path
 
@@ -9,6 +10,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from app.alerts import add_webhook
+from app.auth.service import create_key
 from app.budgets import service
 from app.budgets.spend import spend
 from app.domain.budgets import BudgetScope
@@ -151,11 +153,27 @@ def test_bad_budgets_are_refused_and_change_nothing(session, changes, message):
 
 
 def test_a_taken_name_is_a_conflict(session):
+    create_key(session, team="t", admin=False)
     new = service.NewBudget(name="b", scope=BudgetScope.parse("team=t"), amount_micros=D,
                             currency="USD")  # fmt: skip
     service.create_budget(session, new)
     with pytest.raises(service.BudgetExists):
         service.create_budget(session, new)
+
+
+@pytest.mark.parametrize(
+    ("scope", "message"),
+    [
+        ("team=serach", "unknown team 'serach' (did you mean 'search'?)"),
+        ("deployment=d1x", "unknown deployment 'd1x' (did you mean 'd1'?)"),
+    ],
+)
+def test_a_budget_for_an_unknown_team_or_deployment_is_refused(october, scope, message):
+    new = service.NewBudget(name="b", scope=BudgetScope.parse(scope), amount_micros=D,
+                            currency="USD")  # fmt: skip
+    with pytest.raises(service.BudgetError, match=re.escape(message)):
+        service.create_budget(october, new)
+    assert october.scalar(select(func.count()).select_from(Budget)) == 0
 
 
 def test_on_the_first_day_of_spend_the_forecast_is_never_below_what_is_spent(october):
