@@ -24,6 +24,8 @@ from app.domain.money import format_micros
 from app.domain.periods import Month
 
 if TYPE_CHECKING:
+    from sqlalchemy.orm import Session
+
     from app.allocation.windowing import Window
     from app.ledger.reconcile import Reconciliation
 
@@ -393,6 +395,7 @@ def costs(
     dimensions = [d.strip() for d in by.split(",") if d.strip()]
     settings = get_settings()
     with user_errors(), open_engine(settings) as engine, read_session(engine) as session:
+        check_report_scope(session, month, team, store=settings.ledger_store)
         lines = unit_costs(
             session,
             month=month,
@@ -418,6 +421,20 @@ def costs(
     typer.echo("  ".join(f"{h:>16}" for h in header))
     for record in records:
         typer.echo("  ".join(f"{record[h]!s:>16}" for h in header))
+
+
+def check_report_scope(
+    session: "Session", month: Month, team: str | None, *, store: str | None
+) -> None:
+    """A report of a month never allocated, or of a team nobody knows, is an error with the
+    known names, not an empty table (teams are checked against the database's usage, so
+    not when usage lives in a Parquet store)."""
+    from app.ledger.service import check_allocated
+    from app.usage.teams import check_team
+
+    check_allocated(session, month)
+    if team is not None and store is None:
+        check_team(session, team)
 
 
 def reconcile_cmd(
@@ -471,6 +488,7 @@ def export_chargeback(
         raise typer.BadParameter("--format must be csv, parquet or focus")
     settings = get_settings()
     with user_errors(), open_engine(settings) as engine, read_session(engine) as session:
+        check_report_scope(session, month, team, store=settings.ledger_store)
         if fmt == "focus":
             file_format = "csv" if out_path.name.endswith(".csv") else "parquet"
             written = write_focus_allocation(

@@ -10,7 +10,7 @@ from app.allocation.restatement import billing_fingerprint
 from app.domain.errors import Conflict, MonthClosed, NotFound
 from app.domain.periods import Month
 from app.kit.dataset_store import DatasetStore
-from app.ledger.repository import current_run_id, store_entries_prefix
+from app.ledger.repository import allocated_months, current_run_id, store_entries_prefix
 from app.models import AllocationRun, LedgerClosure
 
 
@@ -92,3 +92,23 @@ def verify_closed_month(
     now = store.checksums(p for p in recorded if p in present)
     changed = sorted(p for p, digest in now.items() if digest != recorded[p])
     return Verification(store_uri, len(recorded), changed, missing)
+
+
+class NothingAllocated(NotFound):
+    """A report asked for a month that was never allocated."""
+
+
+def check_allocated(session: Session, month: Month) -> None:
+    """Refuse a report of a month that has no allocation (it would be empty, not zero),
+    naming the months that have one.
+
+    Raises:
+        NothingAllocated: The month has no current allocation run.
+    """
+    if current_run_id(session, str(month)) is not None:
+        return
+    months = allocated_months(session)
+    have = f"allocated months: {', '.join(months)}" if months else "no month is allocated yet"
+    raise NothingAllocated(
+        f"{month} has no allocation ({have}); run `specledger allocate --month {month}`"
+    )
