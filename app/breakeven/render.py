@@ -78,7 +78,21 @@ def _breakeven_lines(config: ConfigBreakeven, confidence: float, samples: int) -
         ]
     line = f"  Breakeven: {config.breakeven_concurrency:.2f} concurrent requests"
     lines = []
-    if config.breakeven_ci is not None and config.bootstrap_ci is not None:
+    if config.breakeven_source == "measured":
+        local = config.local
+        if local is not None and local.interval is not None:
+            lo, hi = local.interval
+            line += f" (measured; {100 * confidence:.0f}% CI {_num(lo)}-{_num(hi)})"
+        elif local is not None:
+            line += f" (measured: between levels {local.bracket[0]:g} and {local.bracket[1]:g})"
+        lines.append(f"  The model and the measurements disagree: {config.disagreement}")
+        if config.bootstrap_ci is not None:
+            boot_lo, boot_hi = config.bootstrap_ci
+            lines.append(
+                f"  The fitted model's crossing {_num(config.model_breakeven_concurrency or 0)} "
+                f"(residual bootstrap, {samples} refits: {_num(boot_lo)}-{_num(boot_hi)})"
+            )
+    elif config.breakeven_ci is not None and config.bootstrap_ci is not None:
         lo, hi = config.breakeven_ci
         boot_lo, boot_hi = config.bootstrap_ci
         line += f" ({100 * confidence:.0f}% CI {_num(lo)}-{_num(hi)})"

@@ -263,7 +263,9 @@ def test_waste_flags_poor_acceptance_and_speculation_above_breakeven(
 def test_breakeven_and_tiers(client: TestClient, seeded: Seeded) -> None:
     sweeps = _get(client, seeded, "/v1/breakeven/sweeps")
     assert sweeps[0]["id"] == seeded.sweep_id
-    assert 4 < sweeps[0]["breakeven_concurrency"] < 5
+    # The measured speedup falls through 1 between 2 and 4 (1.30x, 0.78x); the model's
+    # crossing lies beyond 4, so the measured one is reported.
+    assert 2 < sweeps[0]["breakeven_concurrency"] < 4
     fit = _get(
         client, seeded, f"/v1/breakeven/sweeps/{seeded.sweep_id}/fit", refit=True, bootstrap=20
     )

@@ -83,10 +83,24 @@ class ConfigBreakeven:
     speedup_at_high: float
     """Modelled speedup at the ends of the range (the answer when there is no crossing)."""
     breakeven_concurrency: float | None
-    """Where the modelled speedup is 1, or None when it does not cross in the measured range."""
+    """The answer: where the modelled speedup is 1, as long as it agrees with the measured
+    levels (it lies between the two levels the measured speedup falls through 1 between,
+    or no two levels bracket the crossing and the model extrapolates); else the measured
+    crossing (``breakeven_source`` says which, ``disagreement`` why). None when neither
+    crosses in the measured range."""
     breakeven_ci: tuple[float, float] | None
-    """The interval of :data:`INTERVAL_METHOD`; an end may be 0.0 or inf when bootstrap
-    replicates leave the range. None without a bootstrap or a crossing."""
+    """The answer's interval: for the model's answer, the interval of
+    :data:`INTERVAL_METHOD` (an end may be 0.0 or inf when bootstrap replicates leave the
+    range; None without a bootstrap); for the measured one, its Fieller interval, or the
+    bracketing levels when that is unbounded."""
+    breakeven_source: str
+    """``model``, ``measured`` (the model disagreed with the levels) or ``none``."""
+    model_breakeven_concurrency: float | None
+    """Where the fitted model's speedup is 1 in the measured range, whatever is reported."""
+    disagreement: str | None
+    """Set when the model's crossing lies outside the measured levels that bracket the
+    crossing (or the model does not cross where they do): how, and that the measured
+    crossing is reported."""
     bootstrap_ci: tuple[float, float] | None
     """The residual-bootstrap part of ``breakeven_ci`` alone (the fitted model's noise)."""
     local: LocalCrossing | None
@@ -176,6 +190,28 @@ def _row_noise(fit: LeastSquaresFit) -> tuple[float, int]:
     rows, params = len(fit.residuals), len(fit.theta)
     df = max(rows - params, 1)
     return float(math.sqrt(float(np.sum(fit.residuals**2)) / df)), df
+
+
+def disagreement(model: float | None, local: LocalCrossing | None) -> str | None:
+    """How the model's crossing disagrees with the measured levels that bracket the
+    crossing, or None when they agree (the model's crossing lies between those levels, so
+    the model only interpolates) or no two levels bracket it (the model is all there is)."""
+    if local is None:
+        return None
+    low, high = local.bracket
+    measured = (
+        f"the measured speedup falls through 1 between levels {low:g} and {high:g} "
+        f"(at {local.estimate:.2f} on the line through the levels around it)"
+    )
+    if model is None:
+        return f"the fitted model does not cross in the measured range, but {measured}; " + (
+            "reporting the measured crossing"
+        )
+    if low <= model <= high:
+        return None
+    return (
+        f"the fitted model crosses at {model:.2f}, but {measured}; reporting the measured crossing"
+    )
 
 
 def _combined_interval(
@@ -292,6 +328,11 @@ def _analyse_config(
         if found is not None:
             bootstrap = _interval(crossings, confidence)
             interval = _combined_interval(bootstrap, local)
+    answer, answer_ci, source = found, interval, "model" if found is not None else "none"
+    disagrees = disagreement(found, local)
+    if local is not None and disagrees is not None:
+        answer, source = local.estimate, "measured"
+        answer_ci = local.interval if local.interval is not None else local.bracket
     pinned = local is not None and local.interval is not None
     runs = (
         min(_runs_at(baseline, local.bracket), _runs_at(config, local.bracket))
@@ -299,9 +340,9 @@ def _analyse_config(
         else 1
     )
     suggested: tuple[int, ...] = ()
-    if found is not None and not pinned:
+    if answer is not None and not pinned:
         measured = sorted(set(baseline.levels) & set(config.levels))
-        suggested = next_levels(found, interval, measured)
+        suggested = next_levels(answer, answer_ci, measured)
     knee = inflection_concurrency(
         step, spec, low=low / INFLECTION_SEARCH_FACTOR, high=high * INFLECTION_SEARCH_FACTOR
     )
@@ -316,8 +357,11 @@ def _analyse_config(
         concurrency_high=high,
         speedup_at_low=float(speedup(step, spec, concurrency=low)),
         speedup_at_high=float(speedup(step, spec, concurrency=high)),
-        breakeven_concurrency=found,
-        breakeven_ci=interval,
+        breakeven_concurrency=answer,
+        breakeven_ci=answer_ci,
+        breakeven_source=source,
+        model_breakeven_concurrency=found,
+        disagreement=disagrees,
         bootstrap_ci=bootstrap,
         local=local,
         pinned_down=pinned,
@@ -490,6 +534,9 @@ def breakeven_fit_as_dict(fit: BreakevenFit) -> dict[str, object]:
         "config": primary.config,
         "breakeven_concurrency": primary.breakeven_concurrency,
         "breakeven_ci": primary.breakeven_ci,
+        "breakeven_source": primary.breakeven_source,
+        "model_breakeven_concurrency": primary.model_breakeven_concurrency,
+        "disagreement": primary.disagreement,
         "schedule": primary.schedule,
         "concurrency_range": (primary.concurrency_low, primary.concurrency_high),
         "speedup_at_edges": (primary.speedup_at_low, primary.speedup_at_high),
