@@ -241,6 +241,61 @@ def check_documented(
     return problems
 
 
+CODE_ROOTS = (
+    "app",
+    "ingest",
+    "serving",
+    "dashboards",
+    "bench",
+    "tests",
+    "scripts",
+    "examples",
+    "migrations",
+    "docs",
+    "docsgen",
+)
+"""Top-level folders whose files the pages may name in code (``app/ledger/costs.py``)."""
+_PATH = re.compile(rf"^(?:{'|'.join(CODE_ROOTS)})/[\w./-]*")
+_MODULE = re.compile(rf"^(?:{'|'.join(CODE_ROOTS)})(?:\.\w+)+$")
+
+
+def _path_exists(path: str, exists: Callable[[str], bool]) -> bool:
+    """A file or folder, or ``module.py`` named with an attribute (``waste.has_draft``)."""
+    path = path.rstrip(".,;:)")
+    if exists(path.rstrip("/")):
+        return True
+    module = re.match(r"^(.*/\w+)\.\w+$", path)
+    return module is not None and exists(module.group(1) + ".py")
+
+
+def _module_exists(dotted: str, exists: Callable[[str], bool]) -> bool:
+    """A module or package, or one with an attribute after it (``app.domain.alerts.verify``)."""
+    parts = dotted.split(".")
+    for count in (len(parts), len(parts) - 1):
+        base = "/".join(parts[:count])
+        if count and (exists(base + ".py") or exists(base + "/__init__.py")):
+            return True
+    return False
+
+
+def check_paths(pages: Mapping[str, str], exists: Callable[[str], bool]) -> list[str]:
+    """Every repository path (``serving/proxy/wire.py``, ``tests/fixtures/engines``) and
+    module (``bench.allocate``) that a page names in inline code exists, so a moved module
+    cannot leave the docs behind."""
+    problems = []
+    for page, text in pages.items():
+        _, prose = split_code(text)
+        for match in _INLINE_CODE.finditer(prose):
+            code = " ".join(match.group(2).split())
+            word = re.split(r"\s|::", code, maxsplit=1)[0]
+            line = _line_of(prose, match.start())
+            if _PATH.match(word) and not _path_exists(word, exists):
+                problems.append(f"{page}:{line}: `{code}`: no such file or folder (moved?)")
+            elif _MODULE.match(word) and not _module_exists(word, exists):
+                problems.append(f"{page}:{line}: `{code}`: no such module (moved?)")
+    return problems
+
+
 def make_targets(makefile: str) -> set[str]:
     """The targets a Makefile defines (``.PHONY`` and pattern rules aside)."""
     targets: set[str] = set()

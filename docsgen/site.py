@@ -87,6 +87,7 @@ def problems(
     guide = {"README.md": readme} | {f"{DOCS}/{p}": t for p, t in written.items()}
     found = checks.check_links(everything, exists)
     found += checks.check_commands(everything, tree)
+    found += checks.check_paths(everything, exists)
     found += checks.check_documented(guide, generated.get(GENERATED_CLI, ""), tree)
     makefile = (root / "Makefile").read_text(encoding="utf-8")
     found += checks.check_make(everything, checks.make_targets(makefile))

@@ -274,3 +274,23 @@ def test_the_layout_is_read_from_the_tree(tmp_path: Path) -> None:
     assert "*No package docstring.*" in page
     assert "1. `pkg.a`" in page
     assert "notapackage" not in page
+
+
+def test_a_path_or_module_the_pages_name_must_exist() -> None:
+    files = {"app/ledger/costs.py", "app/domain/alerts.py", "bench/allocate.py", "tests/fixtures"}
+
+    def exists(path: str) -> bool:
+        return path in files
+
+    fine = (
+        "`app/ledger/costs.py`, `app/ledger/costs.py: ledger_costs`, `tests/fixtures/`, "
+        "`app/domain/alerts.verify_signature`, `app.domain.alerts.verify_signature`, "
+        "`bench.allocate`, `.specledger/engines/NAME.json`, `usage/month=YYYY-MM/`"
+    )
+    assert checks.check_paths({"docs/a.md": fine}, exists) == []
+    moved = "`app/domain/waste.py` and\n`app.domain.waste.rule` and `bench.alocate`"
+    assert checks.check_paths({"docs/a.md": moved}, exists) == [
+        "docs/a.md:1: `app/domain/waste.py`: no such file or folder (moved?)",
+        "docs/a.md:2: `app.domain.waste.rule`: no such module (moved?)",
+        "docs/a.md:2: `bench.alocate`: no such module (moved?)",
+    ]
