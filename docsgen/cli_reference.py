@@ -4,6 +4,7 @@ Typer vendors Click, so the tree is read by duck typing: a group has ``commands`
 command has ``params`` (options and arguments) and ``help``.
 """
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -81,6 +82,10 @@ def _context(command: Any, name: str, parent: Any | None) -> Any:
     return command.context_class(command, info_name=name, parent=parent)
 
 
+def _was_item(line: str) -> bool:
+    return re.match(r"(?:[-*•+]|\\\*|\d{1,2}[.)])\s", line) is not None
+
+
 def _help_text(help_text: str | None) -> str:
     """A command's help as Markdown: click's ``\\b`` markers dropped, indented lines kept
     as code (a blank line before them), prose escaped."""
@@ -99,6 +104,9 @@ def _help_text(help_text: str | None) -> str:
                 if block:
                     out.extend(["", *block, ""])
                     block = []
+                item = re.match(r"(?:[-*•+]|\d{1,2}[.)])\s", line.strip()) is not None
+                if item and out and out[-1] and not _was_item(out[-1]):
+                    out.append("")
                 out.append(escape_text(line.strip()))
         if block:
             out.extend(["", *block])
