@@ -50,12 +50,6 @@ def name_query(description: str, max_length: int = NAME_MAX) -> Any:
     return Query(max_length=max_length, pattern=STORABLE, description=description)
 
 
-TeamQuery = Annotated[
-    str | None,
-    name_query("Only this team (admin keys; a team key always sees only its own team)."),
-]
-
-
 def window_param(
     now: NowDep,
     window: Annotated[

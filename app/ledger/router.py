@@ -9,7 +9,7 @@ from app.auth.deps import AdminDep, PrincipalDep, team_scope
 from app.deps import SessionDep, SettingsDep
 from app.domain.periods import Month
 from app.errors import RESPONSES_READ, ErrorBody
-from app.kit.http_params import MonthDep, PageDep, TeamQuery, parse_dimensions
+from app.kit.http_params import MonthDep, PageDep, parse_dimensions
 from app.kit.responses import Format, csv_download, download
 from app.ledger import downloads
 from app.ledger.costs import unit_costs
@@ -22,6 +22,7 @@ from app.ledger.schemas import (
     ReconciliationRead,
 )
 from app.ledger.service import close_month, closed_months
+from app.usage.team_query import TeamQuery
 
 router = APIRouter(tags=["ledger"])
 

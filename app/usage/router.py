@@ -9,7 +9,7 @@ from app.deps import SessionDep, SettingsDep
 from app.domain.errors import NotFound
 from app.domain.usage import SESSION_ID_MAX
 from app.errors import RESPONSES_READ, ErrorBody
-from app.kit.http_params import PageDep, TeamQuery, WindowDep, name_path
+from app.kit.http_params import PageDep, WindowDep, name_path
 from app.kit.schemas import WindowRead, money
 from app.usage import service
 from app.usage.schemas import (
@@ -20,6 +20,7 @@ from app.usage.schemas import (
     UsageBatch,
     UsageBatchResult,
 )
+from app.usage.team_query import TeamQuery
 
 router = APIRouter(tags=["usage"])
 

@@ -8,7 +8,8 @@ from app.auth.deps import PrincipalDep, team_scope
 from app.deps import NowDep, SessionDep, SettingsDep
 from app.domain.waste import Thresholds
 from app.errors import RESPONSES_READ
-from app.kit.http_params import TeamQuery, WindowDep
+from app.kit.http_params import WindowDep
+from app.usage.team_query import TeamQuery
 from app.waste import service
 from app.waste.schemas import WasteRead, waste_read
 

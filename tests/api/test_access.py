@@ -239,3 +239,33 @@ def test_revoked_key_is_refused(client: TestClient, seeded: Seeded, engine: Any)
     response = client.get("/v1/whoami", headers=headers)
     assert response.status_code == 401
     assert response.headers["www-authenticate"] == "Bearer"
+
+
+def test_an_admin_asking_for_an_unknown_team_gets_404_with_the_known_names(
+    client: TestClient, seeded: Seeded
+) -> None:
+    admin = seeded.keys.header("admin")
+    checked = [
+        (method, template, case)
+        for (method, template), case in sorted(CASES.items())
+        if case.team_param and template.startswith("/v1/") and "/slurm/" not in template
+    ]
+    assert len(checked) >= 6
+    for method, template, case in checked:
+        known = _call(client, method, template, case, seeded, admin, team="orchid")
+        assert known.status_code == 200, (template, known.text[:300])
+        response = _call(client, method, template, case, seeded, admin, team="orchd")
+        assert response.status_code == 404, (template, response.text[:300])
+        message = response.json()["error"]["message"]
+        assert "orchd" in message, (template, message)
+        assert "orchid" in message, (template, message)
+
+
+def test_a_team_key_is_not_told_which_teams_exist(client: TestClient, seeded: Seeded) -> None:
+    orchid = seeded.keys.header("orchid")
+    for team in ("walrus", "nobody"):
+        response = client.get(
+            "/v1/costs", params={"month": "2026-10", "team": team}, headers=orchid
+        )
+        assert response.status_code == 403, response.text
+        assert "walrus" not in response.text
