@@ -14,11 +14,12 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import ColumnElement, func, select
+from sqlalchemy import ColumnElement, and_, func, or_, select
 from sqlalchemy.orm import Session
 
 from app.alerts import Alert, AlertKind, Severity, enqueue
 from app.budgets.spend import spend
+from app.db import utc_hour, utc_instant
 from app.domain.anomalies import (
     NOT_COVERED,
     Anomaly,
@@ -99,18 +100,22 @@ def find_anomalies(
         series = _series(session, subject, start, end, granularity, currency)
         flagged = detect(series, season=season, cycles=cycles)
         anomalous = {a.index for a in flagged}
+        baselines = {}
         for found in flagged:
-            bucket = start + step * found.index
-            base = [
+            baselines[found.index] = [
                 i
                 for i in baseline_indices(found.index, season=season, cycles=cycles)
                 if i not in anomalous
             ] or baseline_indices(found.index, season=season, cycles=cycles)
-            facts = _facts(session, subject, bucket, step, series[found.index], currency)
-            baseline = [
-                _facts(session, subject, start + step * i, step, series[i], currency) for i in base
-            ]
-            drivers = explain(facts, baseline, expected_micros=found.expected_micros)
+        needed = sorted({a.index for a in flagged} | {i for b in baselines.values() for i in b})
+        facts = _facts(session, subject, start, step, {i: series[i] for i in needed}, currency)
+        for found in flagged:
+            drivers = explain(
+                facts[found.index],
+                [facts[i] for i in baselines[found.index]],
+                expected_micros=found.expected_micros,
+            )
+            bucket = start + step * found.index
             reports.append(AnomalyReport(subject, granularity, bucket, found, drivers, currency))
     return sorted(reports, key=lambda r: (r.bucket_start, str(r.subject)), reverse=True)
 
@@ -150,64 +155,122 @@ def _facts(
     subject: BudgetScope,
     start: datetime,
     step: timedelta,
-    cost: int,
+    costs: dict[int, int],
     currency: str,
-) -> BucketFacts:
-    """What the subject cost and served in ``[start, start + step)``."""
+) -> dict[int, BucketFacts]:
+    """What the subject cost and served in each bucket ``[start + step * i, ... + step)``
+    whose index ``i`` is in ``costs`` (with the bucket's cost), read by a few queries grouped
+    per hour over just those buckets, not a set of queries per bucket."""
+    if not costs:
+        return {}
+    dialect = session.get_bind().dialect.name
+    hour = utc_hour(dialect, UsageRecord.finished_at)
     window = (
-        UsageRecord.finished_at >= start,
-        UsageRecord.finished_at < start + step,
+        or_(
+            *(
+                and_(
+                    UsageRecord.finished_at >= start + step * i,
+                    UsageRecord.finished_at < start + step * (i + 1),
+                )
+                for i in costs
+            )
+        ),
         _in_subject(subject),
     )
-    tokens, gpu_ns, drafted, accepted = session.execute(
+
+    def bucket_of(hour_value: Any) -> int:
+        return int((utc_instant(hour_value) - start) / step)
+
+    sums: dict[int, list[int]] = {i: [0, 0, 0, 0] for i in costs}
+    for hour_value, *values in session.execute(
         select(
-            func.coalesce(func.sum(UsageRecord.completion_tokens), 0),
-            func.coalesce(func.sum(UsageRecord.gpu_ns), 0),
-            func.coalesce(func.sum(UsageRecord.draft_tokens), 0),
-            func.coalesce(func.sum(UsageRecord.accepted_tokens), 0),
-        ).where(*window)
-    ).one()
-    idle_cost = idle_ns = 0
-    if subject.kind is ScopeKind.deployment:
-        idle_cost, idle_ns = (
-            int(v or 0)
-            for v in session.execute(
-                select(
-                    func.sum(LedgerRollup.effective_cost_micros), func.sum(LedgerRollup.gpu_ns)
-                ).where(
-                    LedgerRollup.run_id.in_(current_run_ids()),
-                    LedgerRollup.deployment == subject.value,
-                    LedgerRollup.kind == EntryKind.idle,
-                    LedgerRollup.currency == currency,
-                    LedgerRollup.charge_period_start >= start,
-                    LedgerRollup.charge_period_start < start + step,
-                )
-            ).one()
+            hour,
+            func.sum(UsageRecord.completion_tokens),
+            func.sum(UsageRecord.gpu_ns),
+            func.sum(UsageRecord.draft_tokens),
+            func.sum(UsageRecord.accepted_tokens),
         )
-    idle_cost = max(0, min(idle_cost, cost))
-    request_cost = cost - idle_cost
-    by_dimension: dict[str, dict[str, int]] = {}
+        .where(*window)
+        .group_by(hour)
+    ):
+        totals = sums.get(bucket_of(hour_value))
+        if totals is not None:
+            for n, value in enumerate(values):
+                totals[n] += int(value or 0)
+    idle = _idle(session, subject, start, step, list(costs), currency)
+    value_ns: dict[str, dict[int, dict[Any, int]]] = {}
     for name, column in DIMENSIONS.items():
         if subject.kind is ScopeKind.team and name == "team":
             continue
-        shares: dict[str, int] = {}
-        for value, value_ns in session.execute(
-            select(column, func.sum(UsageRecord.gpu_ns)).where(*window).group_by(column)
+        found: dict[int, dict[Any, int]] = {i: {} for i in costs}
+        for hour_value, value, gpu_ns in session.execute(
+            select(hour, column, func.sum(UsageRecord.gpu_ns)).where(*window).group_by(hour, column)
         ):
-            label = _label(value)
-            if gpu_ns > 0 and value_ns:
-                shares[label] = shares.get(label, 0) + request_cost * int(value_ns) // int(gpu_ns)
-        by_dimension[name] = shares
-    return BucketFacts(
-        cost_micros=cost,
-        idle_cost_micros=idle_cost,
-        by_dimension=by_dimension,
-        output_tokens=int(tokens),
-        request_gpu_seconds=int(gpu_ns) / 1e9,
-        idle_gpu_seconds=idle_ns / 1e9,
-        draft_tokens=int(drafted),
-        accepted_tokens=min(int(accepted), int(drafted)),
-    )
+            per_value = found.get(bucket_of(hour_value))
+            if per_value is not None:
+                per_value[value] = per_value.get(value, 0) + int(gpu_ns or 0)
+        value_ns[name] = found
+    facts = {}
+    for i, cost in costs.items():
+        tokens, gpu_ns, drafted, accepted = sums[i]
+        idle_cost, idle_ns = idle.get(i, (0, 0))
+        idle_cost = max(0, min(idle_cost, cost))
+        request_cost = cost - idle_cost
+        by_dimension: dict[str, dict[str, int]] = {}
+        for name, per_bucket in value_ns.items():
+            shares: dict[str, int] = {}
+            for value, ns in per_bucket[i].items():
+                label = _label(value)
+                if gpu_ns > 0 and ns:
+                    shares[label] = shares.get(label, 0) + request_cost * ns // gpu_ns
+            by_dimension[name] = shares
+        facts[i] = BucketFacts(
+            cost_micros=cost,
+            idle_cost_micros=idle_cost,
+            by_dimension=by_dimension,
+            output_tokens=tokens,
+            request_gpu_seconds=gpu_ns / 1e9,
+            idle_gpu_seconds=idle_ns / 1e9,
+            draft_tokens=drafted,
+            accepted_tokens=min(accepted, drafted),
+        )
+    return facts
+
+
+def _idle(
+    session: Session,
+    subject: BudgetScope,
+    start: datetime,
+    step: timedelta,
+    buckets: list[int],
+    currency: str,
+) -> dict[int, tuple[int, int]]:
+    """A deployment's idle cost and GPU-ns per bucket, from the current runs' rollups."""
+    if subject.kind is not ScopeKind.deployment:
+        return {}
+    found: dict[int, tuple[int, int]] = {}
+    wanted = set(buckets)
+    for period_start, cost, gpu_ns in session.execute(
+        select(
+            LedgerRollup.charge_period_start,
+            func.sum(LedgerRollup.effective_cost_micros),
+            func.sum(LedgerRollup.gpu_ns),
+        )
+        .where(
+            LedgerRollup.run_id.in_(current_run_ids()),
+            LedgerRollup.deployment == subject.value,
+            LedgerRollup.kind == EntryKind.idle,
+            LedgerRollup.currency == currency,
+            LedgerRollup.charge_period_start >= start + step * min(buckets),
+            LedgerRollup.charge_period_start < start + step * (max(buckets) + 1),
+        )
+        .group_by(LedgerRollup.charge_period_start)
+    ):
+        i = int((utc_instant(period_start) - start) / step)
+        if i in wanted:
+            cost_so_far, ns_so_far = found.get(i, (0, 0))
+            found[i] = (cost_so_far + int(cost or 0), ns_so_far + int(gpu_ns or 0))
+    return found
 
 
 def _label(value: Any) -> str:
