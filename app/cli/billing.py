@@ -49,7 +49,11 @@ def ingest_billing(
         ),
     ] = False,
     allow_missing_columns: Annotated[
-        bool, typer.Option(help="Read missing mandatory FOCUS columns as null.")
+        bool,
+        typer.Option(
+            help="Read missing mandatory FOCUS columns as null; never BilledCost, "
+            "EffectiveCost or BillingCurrency, whose absence always rejects the file."
+        ),
     ] = False,
     focus_version: Annotated[
         str | None,
