@@ -42,6 +42,8 @@ class PeriodDelivery:
     files: tuple[str, ...]
     focus_version: str
     delivered_at: datetime
+    manifest: str | None = None
+    """The AWS Data Exports manifest that listed the files."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,15 +76,7 @@ def open_delivery(
     conn: Connection, delivery: PeriodDelivery, decision: Decision, *, now: datetime
 ) -> int:
     """Supersede the current delivery (deleting its rows) and insert the new one; its id."""
-    if decision.action is LoadAction.replaced:
-        for table in (billing_row_values, billing_row_attributes):
-            conn.execute(delete(table).where(table.c.delivery_id == decision.current_id))
-        conn.execute(
-            update(BillingDelivery)
-            .where(BillingDelivery.id == decision.current_id)
-            .values(superseded_at=now)
-        )
-    return int(
+    new_id = int(
         conn.execute(
             insert(BillingDelivery)
             .values(
@@ -95,9 +89,24 @@ def open_delivery(
                 row_count=0,
                 delivered_at=delivery.delivered_at,
                 ingested_at=now,
+                manifest=delivery.manifest,
             )
             .returning(BillingDelivery.id)
         ).scalar_one()
+    )
+    if decision.action is LoadAction.replaced and decision.current_id is not None:
+        supersede(conn, decision.current_id, by=new_id, now=now)
+    return new_id
+
+
+def supersede(conn: Connection, delivery_id: int, *, by: int, now: datetime) -> None:
+    """Mark a delivery replaced by delivery ``by`` and delete its rows."""
+    for table in (billing_row_values, billing_row_attributes):
+        conn.execute(delete(table).where(table.c.delivery_id == delivery_id))
+    conn.execute(
+        update(BillingDelivery)
+        .where(BillingDelivery.id == delivery_id)
+        .values(superseded_at=now, superseded_by=by)
     )
 
 
@@ -121,7 +130,7 @@ def insert_rows(conn: Connection, delivery_id: int, values: pa.Table, attributes
     bulk_insert(
         conn,
         "billing_rows",
-        values.select(VALUE_COLUMNS)
+        values.select([*VALUE_COLUMNS, "charge_key"])
         .append_column("delivery_id", _repeat(delivery_id, values.num_rows))
         .append_column(
             "attributes_id", pa.array(attribute_id[values["attributes_index"].to_numpy()])
@@ -134,10 +143,21 @@ def _repeat(value: int, count: int) -> pa.Array:
 
 
 def close_delivery(
-    conn: Connection, delivery_id: int, *, row_count: int, billing_period_end: datetime
+    conn: Connection,
+    delivery_id: int,
+    *,
+    row_count: int,
+    billing_period_end: datetime,
+    billing_accounts: list[str],
+    totals: dict[str, dict[str, int]],
 ) -> None:
     conn.execute(
         update(BillingDelivery)
         .where(BillingDelivery.id == delivery_id)
-        .values(row_count=row_count, billing_period_end=billing_period_end)
+        .values(
+            row_count=row_count,
+            billing_period_end=billing_period_end,
+            billing_accounts=billing_accounts,
+            totals=totals,
+        )
     )

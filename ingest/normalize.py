@@ -6,6 +6,7 @@ cell (each distinct attribute combination once), counts repairs in rows, and eit
 the file (strict) or drops the bad rows (lenient).
 """
 
+import difflib
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
@@ -20,6 +21,7 @@ from app.domain.focus import (
     CONFORMANCE_NOT_NULL,
     CONFORMANCE_NOT_NULL_ON_USAGE,
     MANDATORY,
+    NEVER_DEFAULTED,
     NOT_NULL,
     ROW_VALUE_FOCUS_COLUMNS,
     TYPED_COLUMNS,
@@ -80,7 +82,7 @@ def normalise_file(
         out.repairs.clear()
         out.warnings.clear()
     out.focus_version = options.focus_version or detect_version(set(focus))
-    _check_mandatory(raw.name, set(focus), out.focus_version, options)
+    _check_mandatory(raw.name, set(focus), out.focus_version, options, provider)
 
     length = raw.table.num_rows
     value_names = [name for name in focus if name in ROW_VALUE_FOCUS_COLUMNS]
@@ -196,7 +198,13 @@ def _map_header(raw: RawFile, out: NormalisedFile) -> tuple[dict[str, str], list
     return focus, provider
 
 
-def _check_mandatory(name: str, present: set[str], version: str, options: NormaliseOptions) -> None:
+def _check_mandatory(
+    name: str,
+    present: set[str],
+    version: str,
+    options: NormaliseOptions,
+    others: list[str],
+) -> None:
     mandatory = set(MANDATORY[version])
     if version == "1.3" and "ProviderName" in present:
         mandatory -= {"ServiceProviderName"}  # the deprecated 1.2 name still serves
@@ -211,16 +219,52 @@ def _check_mandatory(name: str, present: set[str], version: str, options: Normal
                 )
             ]
         )
+    never_null = [column for column in NEVER_DEFAULTED if column in missing]
     if missing and not options.allow_missing_columns:
+        others_missing = [column for column in missing if column not in never_null]
+        hints = [_never_defaulted_fix(column, others) for column in never_null]
+        if others_missing:
+            hints.append(
+                "use --allow-missing-columns to read "
+                + ("the others" if never_null else "them")
+                + " as null"
+            )
         raise IngestError(
             [
                 Problem(
                     name,
                     f"missing mandatory FOCUS {version} columns: {', '.join(missing)} "
-                    "(use --allow-missing-columns to read them as null)",
+                    f"({'; '.join(hints)})",
                 )
             ]
         )
+    if never_null:
+        raise IngestError(
+            [
+                Problem(
+                    name,
+                    "missing mandatory column, which --allow-missing-columns does not read as "
+                    f"null: {_never_defaulted_fix(column, others)}",
+                    column=column,
+                )
+                for column in never_null
+            ]
+        )
+
+
+def _never_defaulted_fix(column: str, others: list[str]) -> str:
+    """What to do about a missing cost or currency column, which is never defaulted."""
+    what = (
+        "the currency of every cost" if column == "BillingCurrency" else "a cost the ledger splits"
+    )
+    lowered = {other.lower(): other for other in others}
+    close = difflib.get_close_matches(column.lower(), list(lowered), n=1, cutoff=0.75)
+    fix = (
+        f"rename the file's column {lowered[close[0]]!r} to {column}"
+        if close
+        else f"add a {column} column to the file"
+    )
+    return f"{column} holds {what} and is never read as null or 0: {fix}"
 
 
 def _file_rows(positions: Iterable[int], rows_of: _RowsOf | None) -> Iterator[int]:

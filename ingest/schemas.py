@@ -19,6 +19,9 @@ class BillingIngestCreate(Schema):
     """Name of the billing source; re-ingesting a source replaces its billing periods."""
     force: bool = False
     """Replace stored billing periods even with an older delivery."""
+    replace: bool = False
+    """Replace the deliveries of other sources that already hold the same charges (by charge
+    identity), instead of refusing the input."""
     lenient: bool = False
     """Skip rows that cannot be repaired (listed in the report) instead of rejecting."""
     allow_missing_columns: bool = False

@@ -17,11 +17,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TypeVar
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from sqlalchemy import Connection, Engine
 
 from app.domain import focus
+from app.ledger.deliveries import charge_keys_of, current_deliveries, shared_charges
+from ingest.charge_identity import TYPED_IDENTITY, attribute_digests, charge_keys
 from ingest.columns import normalise_column
 from ingest.errors import IngestError, Problem
 from ingest.load import (
@@ -31,6 +34,7 @@ from ingest.load import (
     decide,
     insert_rows,
     open_delivery,
+    supersede,
 )
 from ingest.normalize import NormalisedFile, NormaliseOptions, normalise_file
 from ingest.readers import RawFile, read_billing_file
@@ -47,6 +51,9 @@ KEEP_READ_BYTES = 2 << 30
 (Arrow's size); beyond it, a file is dropped after planning and read again when its rows are
 loaded, so a multi-gigabyte export is never in memory whole."""
 
+IDENTITY_ATTRIBUTES = [*TYPED_IDENTITY, "focus_columns", "provider_columns"]
+"""The attribute columns a charge key is computed from."""
+
 CHUNK_ROWS = 250_000
 """Rows normalised (and then written) at a time; the first chunk of a file is a fifth of
 that, so that the database starts writing sooner."""
@@ -58,6 +65,9 @@ class IngestOptions:
     source: str | None = None
     force: bool = False
     """Replace a stored delivery even when the incoming one is older."""
+    replace: bool = False
+    """Replace the deliveries of other sources that already hold the incoming charges
+    (by charge identity), instead of refusing the input."""
     s3_endpoint_url: str | None = None
 
 
@@ -88,6 +98,9 @@ class _Period:
     end: datetime | None = None
     by_provider: Counter[str] = field(default_factory=Counter)
     totals: dict[str, CostTotals] = field(default_factory=dict)
+    keys: list[np.ndarray] = field(default_factory=list)
+    """The charge keys of the rows written, chunk by chunk."""
+    accounts: set[str] = field(default_factory=set)
 
     def report(self) -> PeriodReport:
         return PeriodReport(
@@ -148,6 +161,10 @@ def ingest_billing(
                 write=not problems,
                 progress=progress,
             )
+            if not problems:
+                problems = _settle_duplicates(
+                    conn, periods, report, replace=options.replace, now=now
+                )
             if problems:
                 raise IngestError(problems)  # rolls the transaction back
             for period in periods.values():
@@ -157,6 +174,14 @@ def ingest_billing(
                         period.delivery_id,
                         row_count=period.rows,
                         billing_period_end=period.end or period.delivery.billing_period_start,
+                        billing_accounts=sorted(period.accounts),
+                        totals={
+                            currency: {
+                                "billed_cost_micros": t.billed_cost_micros,
+                                "effective_cost_micros": t.effective_cost_micros,
+                            }
+                            for currency, t in period.totals.items()
+                        },
                     )
     report.periods = [p.report() for p in periods.values() if p.rows]
     if progress:
@@ -228,6 +253,7 @@ def _plan_periods(
             files=tuple(r.file.name for r in reads),
             focus_version=max(r.focus_version for r in reads),
             delivered_at=reads[0].batch.delivered_at or max(r.file.modified_at for r in reads),
+            manifest=reads[0].batch.manifest,
         )
         for (source, start), reads in sorted(contributors.items(), key=lambda kv: kv[0][1])
     }
@@ -290,6 +316,7 @@ def _load_rows(
         attributes = result.attributes.append_column(
             "source_file", pa.array([read.file.name] * result.attributes.num_rows, pa.string())
         )
+        result.values = _with_charge_keys(result.values, attributes)
         for start, values in _split_by_period(result):
             period = periods[(read.batch.source, start)]
             _add_stats(period, values, attributes)
@@ -299,11 +326,62 @@ def _load_rows(
                         conn, period.delivery, period.decision, now=now
                     )
                 insert_rows(conn, period.delivery_id, values, attributes)
+                period.keys.append(values["charge_key"].to_numpy())
     current.clear()
     report.files += [
         FileReport(r.file.name, r.focus_version, rows_read[r.file.name], rows_kept[r.file.name])
         for r in files
     ]
+    return problems
+
+
+def _with_charge_keys(values: pa.Table, attributes: pa.Table) -> pa.Table:
+    """The chunk's values with each row's charge key (``ingest.charge_identity``)."""
+    digests = attribute_digests(attributes.select(IDENTITY_ATTRIBUTES).to_pylist())
+    keys = charge_keys(digests[values["attributes_index"].to_numpy()], values)
+    return values.append_column("charge_key", pa.array(keys, pa.int64()))
+
+
+def _settle_duplicates(
+    conn: Connection,
+    periods: dict[tuple[str, datetime], _Period],
+    report: IngestReport,
+    *,
+    replace: bool,
+    now: datetime,
+) -> list[Problem]:
+    """Refuse (or, with ``replace``, replace) the current deliveries of other sources that
+    hold charges a delivery just written holds too."""
+    written = {p.delivery_id for p in periods.values() if p.delivery_id is not None}
+    problems: list[Problem] = []
+    for period in periods.values():
+        if period.delivery_id is None:
+            continue
+        keys = np.unique(np.concatenate(period.keys)) if period.keys else np.array([], np.int64)
+        start = period.delivery.billing_period_start
+        for other_id, other_source in current_deliveries(conn, start):
+            if other_id == period.delivery_id:
+                continue
+            shared = shared_charges(keys, charge_keys_of(conn, other_id))
+            if not shared:
+                continue
+            held = (
+                f"{shared} of its {keys.size} charges for billing period {start:%Y-%m} are "
+                f"already loaded as delivery #{other_id} (source {other_source})"
+            )
+            if replace and other_id not in written:
+                supersede(conn, other_id, by=period.delivery_id, now=now)
+                report.warnings.append(
+                    f"{period.delivery.source}: {held}; --replace replaced that delivery"
+                )
+                continue
+            fix = (
+                "the two come from this one input: load them apart"
+                if other_id in written
+                else f"to replace it, load again with --replace; or remove it first "
+                f"(`specledger billing deliveries remove {other_id}`)"
+            )
+            problems.append(Problem(", ".join(period.delivery.files), f"{held}: {fix}"))
     return problems
 
 
@@ -355,6 +433,9 @@ def _add_stats(period: _Period, values: pa.Table, attributes: pa.Table) -> None:
         [("source_row", "count"), ("billed_cost_micros", "sum"), ("effective_cost_micros", "sum")]
     )
     used = attributes.take(per_combination["attributes_index"])
+    period.accounts.update(
+        a for a in pc.unique(used["billing_account_id"]).to_pylist() if a is not None
+    )
     ends = pc.drop_null(used["billing_period_end"])
     if len(ends):
         end = pc.max(ends).as_py()

@@ -4,7 +4,7 @@ import json
 import sys
 from datetime import datetime
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -20,7 +20,12 @@ from app.cli._support import (
 )
 from app.domain.periods import Month
 
-billing_app = typer.Typer(help="Billing utilities (synthetic FOCUS bills).", no_args_is_help=True)
+if TYPE_CHECKING:
+    from app.ledger.schemas import DeliveryRead
+
+billing_app = typer.Typer(
+    help="Billing utilities: deliveries, synthetic FOCUS bills.", no_args_is_help=True
+)
 
 
 def ingest_billing(
@@ -49,7 +54,11 @@ def ingest_billing(
         ),
     ] = False,
     allow_missing_columns: Annotated[
-        bool, typer.Option(help="Read missing mandatory FOCUS columns as null.")
+        bool,
+        typer.Option(
+            help="Read missing mandatory FOCUS columns as null; never BilledCost, "
+            "EffectiveCost or BillingCurrency, whose absence always rejects the file."
+        ),
     ] = False,
     focus_version: Annotated[
         str | None,
@@ -62,6 +71,13 @@ def ingest_billing(
     force: Annotated[
         bool, typer.Option(help="Replace stored billing periods even with an older delivery.")
     ] = False,
+    replace: Annotated[
+        bool,
+        typer.Option(
+            help="Replace the deliveries of other sources that already hold the same "
+            "charges (by charge identity), instead of refusing the input."
+        ),
+    ] = False,
 ) -> None:
     """Load FOCUS billing, idempotently: each source's billing period is replaced as a whole
     by a newer delivery, and loading the same files again changes nothing.
@@ -70,6 +86,10 @@ def ingest_billing(
     byte-order marks, quoted or formatted numbers) and each repair is counted in the report.
     Anything that cannot be repaired rejects the input with the file, row and column, and
     nothing is written.
+
+    Charges already loaded under another source (the same file under another name: same
+    charge identity, whatever the file name or row order) refuse the input, naming the
+    delivery that holds them; --replace replaces that delivery instead.
     """
     from app.settings import get_settings
     from ingest.normalize import NormaliseOptions
@@ -88,6 +108,7 @@ def ingest_billing(
         ),
         source=source,
         force=force,
+        replace=replace,
         s3_endpoint_url=settings.s3_endpoint_url,
     )
     with (
@@ -168,6 +189,133 @@ def _split_tag(text: str) -> tuple[str, str]:
     return key, value
 
 
+deliveries_app = typer.Typer(
+    help="Billing deliveries: what each source delivered for each billing period.",
+    no_args_is_help=True,
+)
+
+
+@deliveries_app.command("list")
+def deliveries_list(
+    month: Annotated[
+        Month | None, typer.Option(help="Only this billing period, YYYY-MM.", parser=parse_month)
+    ] = None,
+    include_gone: Annotated[
+        bool, typer.Option("--all", help="Also the replaced and removed deliveries.")
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """List the current billing deliveries: id, billing period, source, accounts, rows and
+    totals per currency."""
+    from app.db import read_session
+    from app.ledger.deliveries import list_deliveries
+    from app.ledger.schemas import DeliveryRead
+    from app.settings import get_settings
+
+    with user_errors(), open_engine(get_settings()) as engine, read_session(engine) as session:
+        deliveries = [
+            DeliveryRead.of(d)
+            for d in list_deliveries(session, month=month, include_gone=include_gone)
+        ]
+    if as_json:
+        print(json.dumps([d.model_dump(mode="json") for d in deliveries], indent=2))
+        return
+    if not deliveries:
+        typer.echo(
+            "no billing deliveries"
+            + (f" for {month}" if month else "")
+            + " (load one with `specledger ingest billing PATH`)"
+        )
+        return
+    for d in deliveries:
+        typer.echo(_delivery_line(d))
+
+
+def _delivery_line(d: "DeliveryRead") -> str:
+    totals = ", ".join(f"{c} {t['billed']}" for c, t in d.totals.items()) or "no rows"
+    accounts = ",".join(d.billing_accounts) or "-"
+    gone = "" if d.status == "current" else f"  [{d.status}]"
+    return (
+        f"#{d.id}  {d.month}  {d.source}  accounts {accounts}  {d.row_count} rows  "
+        f"billed {totals}{gone}"
+    )
+
+
+@deliveries_app.command("show")
+def deliveries_show(
+    delivery_id: Annotated[int, typer.Argument(help="The delivery's id (from `list`).")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Show one delivery: source, billing period, files (and the AWS manifest that listed
+    them), accounts, rows, totals, and whether it was replaced or removed."""
+    from app.db import read_session
+    from app.ledger.deliveries import get_delivery
+    from app.ledger.schemas import DeliveryRead
+    from app.settings import get_settings
+
+    with user_errors(), open_engine(get_settings()) as engine, read_session(engine) as session:
+        d = DeliveryRead.of(get_delivery(session, delivery_id))
+    if as_json:
+        print(json.dumps(d.model_dump(mode="json"), indent=2))
+        return
+    typer.echo(f"delivery #{d.id} ({d.status})")
+    typer.echo(f"  source          {d.source}")
+    typer.echo(
+        f"  billing period  {d.billing_period_start:%Y-%m-%dT%H:%MZ} .. "
+        f"{d.billing_period_end:%Y-%m-%dT%H:%MZ}"
+    )
+    typer.echo(f"  accounts        {', '.join(d.billing_accounts) or '-'}")
+    typer.echo(f"  rows            {d.row_count}  (FOCUS {d.focus_version})")
+    for currency, t in d.totals.items():
+        typer.echo(f"  {currency:<15} billed {t['billed']}  effective {t['effective']}")
+    if d.manifest:
+        typer.echo(f"  manifest        {d.manifest}")
+    for name in d.files:
+        typer.echo(f"  file            {name}")
+    typer.echo(f"  delivered       {d.delivered_at:%Y-%m-%dT%H:%M:%SZ}")
+    typer.echo(f"  ingested        {d.ingested_at:%Y-%m-%dT%H:%M:%SZ}")
+    if d.removed_at:
+        typer.echo(f"  removed         {d.removed_at:%Y-%m-%dT%H:%M:%SZ}")
+    elif d.superseded_at:
+        by = f" by delivery #{d.superseded_by}" if d.superseded_by else ""
+        typer.echo(f"  replaced        {d.superseded_at:%Y-%m-%dT%H:%M:%SZ}{by}")
+
+
+@deliveries_app.command("remove")
+def deliveries_remove(
+    delivery_id: Annotated[int, typer.Argument(help="The delivery's id (from `list`).")],
+    restate: Annotated[
+        bool,
+        typer.Option(
+            help="Needed for a delivery of a closed month: remove it as a restated bill, "
+            "booked as adjustments in the first open month when that month is allocated."
+        ),
+    ] = False,
+) -> None:
+    """Remove a delivery loaded by mistake: its rows are deleted and it is kept, marked
+    removed. In an open month, allocate the month again afterwards; a closed month's
+    delivery is refused unless --restate."""
+    from datetime import UTC
+    from datetime import datetime as clock
+
+    from app.db import unit_of_work
+    from app.ledger.deliveries import remove_delivery
+    from app.settings import get_settings
+
+    with user_errors(), open_engine(get_settings()) as engine, unit_of_work(engine) as session:
+        removal = remove_delivery(session, delivery_id, restate=restate, now=clock.now(UTC))
+        rows, source = removal.delivery.row_count, removal.delivery.source
+    typer.echo(f"removed delivery #{delivery_id} ({source}, {removal.month}, {rows} rows)")
+    if removal.booked_in is not None:
+        typer.echo(
+            f"{removal.month} is closed: the removal is booked as adjustments correcting "
+            f"{removal.month} when `specledger allocate --month {removal.booked_in}` runs"
+        )
+    else:
+        typer.echo(f"allocate again: `specledger allocate --month {removal.month}`")
+
+
 def register(app: typer.Typer, *, ingest_app: typer.Typer) -> None:
     ingest_app.command("billing")(ingest_billing)
+    billing_app.add_typer(deliveries_app, name="deliveries")
     app.add_typer(billing_app, name="billing")

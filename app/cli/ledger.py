@@ -193,6 +193,15 @@ def allocate(
     totals = {
         c: {k: format_micros(v) for k, v in kinds.items()} for c, kinds in summary.totals.items()
     }
+    label = window.month or f"{window.start:%Y-%m-%dT%H:%MZ}..{window.end:%Y-%m-%dT%H:%MZ}"
+    if not summary.rows:
+        err.print(
+            f"[bold yellow]warning:[/] no bill for {label}: no billing rows to allocate, "
+            "so no cost reaches any team; load the bill (`specledger ingest billing PATH`) "
+            "and allocate again (`specledger reconcile` says NO BILL until then)",
+            highlight=False,
+            soft_wrap=True,
+        )
     if as_json:
         typer.echo(
             json.dumps(
@@ -208,7 +217,6 @@ def allocate(
             )
         )
         return
-    label = window.month or f"{window.start:%Y-%m-%dT%H:%MZ}..{window.end:%Y-%m-%dT%H:%MZ}"
     typer.echo(
         f"run {summary.run_id} for {label}: {summary.rows} billing rows -> "
         f"{summary.entries} ledger entries"

@@ -224,6 +224,9 @@ NOT_NULL = (
     "ChargePeriodStart",
     "ChargePeriodEnd",
 )
+NEVER_DEFAULTED = ("BilledCost", "EffectiveCost", "BillingCurrency")
+"""Mandatory columns a file must have, ``--allow-missing-columns`` or not: the two cost bases
+the ledger splits and their currency are never read as null (which would load them as 0)."""
 # Columns the FOCUS text says are never null (the "Allows nulls: False" column of its tables)
 # that the ledger only carries along. Real exports break this (an OCI export has null
 # ContractedCost): such rows load, with a conformance warning in the ingest report.

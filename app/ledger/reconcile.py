@@ -2,6 +2,7 @@
 
 from collections import defaultdict
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 from sqlalchemy import func, select
@@ -10,8 +11,19 @@ from sqlalchemy.orm import Session
 from app.domain.ledger import CostLabel, EntryKind
 from app.domain.money import format_micros
 from app.domain.periods import Month
+from app.ledger.deliveries import DuplicatedCharges, duplicated_charges
 from app.ledger.repository import current_run_id
 from app.models import BillingDelivery, BillingRow, LedgerPoolRow, LedgerRollup
+
+
+class Status(StrEnum):
+    """A reconciliation's verdict, in the order it is decided."""
+
+    no_bill = "NO BILL"  # nothing to reconcile: the month's bill is not loaded
+    duplicated = "DUPLICATED CHARGES"  # the same charges in two current deliveries
+    not_balanced = "NOT BALANCED"
+    balanced = "BALANCED"
+
 
 KINDS = (EntryKind.request, EntryKind.shared, EntryKind.idle, EntryKind.unallocated)
 """What a month's own run books, in report order (adjustments are kept apart)."""
@@ -45,6 +57,8 @@ class Reconciliation:
     pending_rows: int = 0
     """Billing rows of the month with no entries (billing changed since the run)."""
     unallocated_rows: list[dict[str, Any]] = field(default_factory=list)
+    duplicates: list[DuplicatedCharges] = field(default_factory=list)
+    """Pairs of current deliveries of the month that hold the same charges."""
 
     def by_currency(self) -> dict[str, dict[EntryKind, Line]]:
         result: dict[str, dict[EntryKind, Line]] = defaultdict(lambda: {k: Line() for k in KINDS})
@@ -53,7 +67,19 @@ class Reconciliation:
         return dict(result)
 
     @property
+    def status(self) -> Status:
+        if not self.bill:
+            return Status.no_bill
+        if self.duplicates:
+            return Status.duplicated
+        return Status.balanced if self._sums_balance() else Status.not_balanced
+
+    @property
     def balanced(self) -> bool:
+        """The bill is loaded once and equals the ledger, to the micro, in every currency."""
+        return self.status is Status.balanced
+
+    def _sums_balance(self) -> bool:
         sums = self.by_currency()
         for currency in set(self.bill) | set(sums):
             bill = self.bill.get(currency, Line())
@@ -118,6 +144,7 @@ def reconcile(session: Session, month: Month) -> Reconciliation:
         ).group_by(current_rows.c.billing_currency)
     ):
         result.bill[currency or ""] = Line(int(eff), int(billed))
+    result.duplicates = duplicated_charges(session.connection(), start)
     if run_id is None:
         result.pending_rows = session.scalar(select(func.count()).select_from(current_rows)) or 0
         return result
@@ -188,10 +215,20 @@ def reconcile(session: Session, month: Month) -> Reconciliation:
 
 
 def reconciliation_text(result: Reconciliation) -> str:
-    lines = [
-        f"Reconciliation {result.month} (run {result.run_id or 'none'}): "
-        + ("BALANCED" if result.balanced else "NOT BALANCED")
-    ]
+    lines = [f"Reconciliation {result.month} (run {result.run_id or 'none'}): {result.status}"]
+    if result.status is Status.no_bill:
+        lines.append(
+            f"  no billing is loaded for {result.month}: load it with "
+            "`specledger ingest billing PATH`, then `specledger allocate "
+            f"--month {result.month}`"
+        )
+    for duplicate in result.duplicates:
+        lines.append(
+            f"  delivery #{duplicate.delivery_id} ({duplicate.source}) holds "
+            f"{duplicate.charges} charge(s) that delivery #{duplicate.other_id} "
+            f"({duplicate.other_source}) holds too: remove one "
+            f"(`specledger billing deliveries remove ID`) and allocate again"
+        )
     for currency, kinds in sorted(result.by_currency().items()):
         bill = result.bill.get(currency, Line())
         allocated = kinds[EntryKind.request].effective + kinds[EntryKind.shared].effective

@@ -1,10 +1,12 @@
-"""Wire schemas of the ledger API: unit costs, reconciliation, closures."""
+"""Wire schemas of the ledger API: unit costs, reconciliation, closures, billing deliveries."""
 
 from datetime import datetime
-from typing import Any, Self
+from typing import Any, Literal, Self
 
 from pydantic import ConfigDict, Field
 
+from app.domain.money import micros_to_decimal
+from app.domain.periods import Month
 from app.kit.schemas import Amount, PageMeta, Schema
 
 _MONEY_FIELDS = (
@@ -77,3 +79,80 @@ class ClosureRead(Schema):
     month: str
     closed_at: datetime
     run_id: int
+
+
+class DeliveryRead(Schema):
+    """One billing delivery: what one source delivered for one billing period."""
+
+    id: int
+    source: str
+    """``file:/abs/path``, ``s3://bucket/prefix/export`` or the name given with --source."""
+    month: str
+    """The billing period's month, YYYY-MM."""
+    billing_period_start: datetime
+    billing_period_end: datetime
+    status: Literal["current", "replaced", "removed"]
+    files: list[str]
+    manifest: str | None
+    """The AWS Data Exports manifest that listed the files."""
+    focus_version: str
+    billing_accounts: list[str]
+    """Distinct BillingAccountId values of its rows."""
+    row_count: int
+    totals: dict[str, dict[str, Amount]]
+    """currency -> billed / effective."""
+    delivered_at: datetime
+    ingested_at: datetime
+    superseded_at: datetime | None
+    superseded_by: int | None
+    """The delivery that replaced it."""
+    removed_at: datetime | None
+
+    @classmethod
+    def of(cls, delivery: Any) -> "DeliveryRead":
+        status = (
+            "removed"
+            if delivery.removed_at is not None
+            else "replaced"
+            if delivery.superseded_at is not None
+            else "current"
+        )
+        return cls(
+            id=delivery.id,
+            source=delivery.source,
+            month=str(Month.of(delivery.billing_period_start)),
+            billing_period_start=delivery.billing_period_start,
+            billing_period_end=delivery.billing_period_end,
+            status=status,
+            files=list(delivery.files),
+            manifest=delivery.manifest,
+            focus_version=delivery.focus_version,
+            billing_accounts=list(delivery.billing_accounts or []),
+            row_count=delivery.row_count,
+            totals={
+                currency: {
+                    "billed": micros_to_decimal(t.get("billed_cost_micros", 0)),
+                    "effective": micros_to_decimal(t.get("effective_cost_micros", 0)),
+                }
+                for currency, t in sorted((delivery.totals or {}).items())
+            },
+            delivered_at=delivery.delivered_at,
+            ingested_at=delivery.ingested_at,
+            superseded_at=delivery.superseded_at,
+            superseded_by=delivery.superseded_by,
+            removed_at=delivery.removed_at,
+        )
+
+
+class DeliveryRemove(Schema):
+    restate: bool = False
+    """Required for a delivery of a closed month: its removal is then booked as a
+    restatement (adjustments in the first open month when that month is allocated)."""
+
+
+class DeliveryRemoved(Schema):
+    delivery: DeliveryRead
+    restated: bool
+    """The month was closed: the difference is booked as adjustments in ``booked_in``."""
+    booked_in: str | None
+    """The open month whose allocation books the adjustments (``specledger allocate``)."""

@@ -39,7 +39,17 @@ class BillingDelivery(Base):
     """When the provider produced the delivery (manifest or file modification time)."""
     ingested_at: Mapped[datetime] = mapped_column(UTCDateTime())
     superseded_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
-    """Set when a newer delivery replaced this one; its rows are then gone."""
+    """Set when a newer delivery replaced this one, or it was removed; its rows are then gone."""
+    superseded_by: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    """The delivery that replaced this one (of the same source, or holding its charges)."""
+    removed_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    """Set when a user removed the delivery (``specledger billing deliveries remove``)."""
+    manifest: Mapped[str | None] = mapped_column(String(1024), nullable=True)
+    """The AWS Data Exports manifest that listed the files (``s3://...-Manifest.json``)."""
+    billing_accounts: Mapped[list[str] | None] = mapped_column(JsonType, nullable=True)
+    """The distinct BillingAccountId values of its rows, sorted."""
+    totals: Mapped[dict[str, dict[str, int]] | None] = mapped_column(JsonType, nullable=True)
+    """currency -> ``billed_cost_micros`` and ``effective_cost_micros`` of its rows."""
 
 
 # A billing row is stored in two parts: its own values (``billing_rows``: periods, money and
@@ -67,6 +77,7 @@ billing_row_values = Table(
     Column("contracted_cost_micros", BigInteger, nullable=True),
     Column("pricing_quantity", String(64), nullable=True),
     Column("consumed_quantity", String(64), nullable=True),
+    Column("charge_key", BigInteger, nullable=True),
     Index("ix_billing_rows_delivery_id", "delivery_id", postgresql_using="brin"),
 )
 
@@ -152,6 +163,9 @@ class BillingRow(Base):
     pricing_unit: Mapped[str | None]
     consumed_quantity: Mapped[str | None]
     """Decimal text, kept exact (FOCUS ConsumedQuantity)."""
+    charge_key: Mapped[int | None]
+    """The row's charge identity (``ingest.charge_identity``): equal in two deliveries, the
+    same charge is loaded twice."""
     consumed_unit: Mapped[str | None]
 
     provider_name: Mapped[str | None]

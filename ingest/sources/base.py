@@ -24,6 +24,8 @@ class SourceBatch:
     files: tuple[SourceFile, ...]
     delivered_at: datetime | None = None
     """The delivery's own time (an S3 manifest's); None means the newest file's mtime."""
+    manifest: str | None = None
+    """The AWS Data Exports manifest (``s3://...``) that listed the files."""
 
 
 def sha256_of(path: Path) -> str:

@@ -124,4 +124,5 @@ def _download(
         source or f"s3://{bucket}/{manifest.export_path}",
         tuple(files),
         delivered_at=manifest.last_modified,
+        manifest=manifest_uri,
     )

@@ -132,3 +132,29 @@ def test_lenient_skips_bad_rows_and_lists_them(
     ]
     assert report["totals"]["USD"]["BilledCost"] == "3.000000"
     assert _counts(engine) == (2, 1)
+
+
+@pytest.mark.parametrize("allow_missing", [False, True])
+def test_a_misspelt_cost_column_is_never_read_as_zero(
+    engine: Engine, loaded: Path, tmp_path: Path, allow_missing: bool
+) -> None:
+    rows = [focus_row(hour=h) for h in range(3)]
+    for row in rows:
+        row["BiledCost"] = row.pop("BilledCost")
+    header = ["BiledCost" if c == "BilledCost" else c for c in HEADER if c != "ListCost"]
+    path = write_focus_csv(tmp_path / "misspelt.csv", rows, header)
+    before = _counts(engine)
+
+    flags = ["--allow-missing-columns"] if allow_missing else []
+    result = runner.invoke(app, ["ingest", "billing", str(path), "--source", "other", *flags])
+
+    assert result.exit_code == 2
+    message = " ".join(result.stderr.split())
+    assert "rename the file's column 'BiledCost' to BilledCost" in message
+    assert "never read as null or 0" in message
+    if allow_missing:
+        assert "ListCost" not in message  # the flag does read that one as null
+    else:
+        assert "missing mandatory FOCUS 1.0 columns: BilledCost, ListCost" in message
+        assert "use --allow-missing-columns to read the others as null" in message
+    assert _counts(engine) == before

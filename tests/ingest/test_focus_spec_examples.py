@@ -1,5 +1,6 @@
 """The FOCUS specification's own example files: strict mode names their missing mandatory
-columns; with --allow-missing-columns each ingests and its totals match an independent sum."""
+columns; with --allow-missing-columns each ingests and its totals match an independent sum,
+unless it lacks a cost or currency column, which is never read as null."""
 
 import csv
 import re
@@ -19,6 +20,7 @@ from tests.ingest.helpers import HEADER
 EXAMPLES = sorted((FIXTURES / "focus-spec").glob("*.csv"))
 MANDATORY = set(HEADER) - {"ResourceId", "Tags"}
 """FOCUS 1.0-1.2 mandatory columns, listed apart from ingest (tests/ingest/helpers.py)."""
+NEVER_NULL = ("BilledCost", "EffectiveCost", "BillingCurrency")
 
 
 def _header_and_rows(path: Path) -> tuple[set[str], list[dict[str, str]]]:
@@ -69,6 +71,17 @@ def test_strict_ingest_names_the_missing_mandatory_columns(engine: Engine, path:
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem[:60])
 def test_lenient_columns_ingest_with_independent_totals(engine: Engine, path: Path) -> None:
     options = IngestOptions(normalise=NormaliseOptions(allow_missing_columns=True))
+    present, _ = _header_and_rows(path)
+    lacking = [c for c in NEVER_NULL if c.lower() not in present]
+    if lacking:
+        with pytest.raises(IngestError) as raised:
+            ingest_billing(engine, str(path), options)
+        assert [(p.column, "never read as null" in p.reason) for p in raised.value.problems] == [
+            (c, True) for c in lacking
+        ]
+        with engine.connect() as conn:
+            assert conn.scalar(select(func.count()).select_from(BillingRow)) == 0
+        return
     report = ingest_billing(engine, str(path), options)
 
     expected = _expected_totals(path)

@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 import ingest.service
 from app.cli import app
-from app.models import BillingRow
+from app.models import BillingDelivery, BillingRow
 from tests.ingest.helpers import focus_csv_text, focus_row
 
 if TYPE_CHECKING:
@@ -114,6 +114,18 @@ def test_two_deliveries_of_a_month_leave_only_the_newest_manifests_rows(
     assert _descriptions(engine) == ["restated", "restated", "november"]
     assert [p["source"] for p in report["periods"]] == [f"s3://{BUCKET}/exports/{EXPORT}"] * 2
     assert report["totals"]["USD"]["BilledCost"] == "5.500000"
+    # Each delivery names the manifest that decided which files were current.
+    with engine.connect() as conn:
+        manifests = conn.scalars(
+            select(BillingDelivery.manifest)
+            .where(BillingDelivery.superseded_at.is_(None))
+            .order_by(BillingDelivery.billing_period_start)
+        ).all()
+    metadata = f"s3://{BUCKET}/exports/{EXPORT}/metadata"
+    assert manifests == [
+        f"{metadata}/BILLING_PERIOD=2026-10/exec-2/{EXPORT}-Manifest.json",
+        f"{metadata}/billing_period=2026-11/exec-3/{EXPORT}-Manifest.json",
+    ]
 
     again = runner.invoke(app, ["ingest", "billing", f"s3://{BUCKET}/exports", "--json"])
     assert [p["action"] for p in json.loads(again.stdout)["periods"]] == ["unchanged"] * 2
