@@ -32,6 +32,7 @@ from app.domain.budgets import BudgetScope, ScopeKind
 from app.domain.granularity import Granularity as Granularity
 from app.domain.ledger import EntryKind
 from app.domain.money import format_micros
+from app.kit.measures import sum_gpu_ns
 from app.ledger.repository import current_run_ids
 from app.models import LedgerRollup, UsageRecord
 
@@ -173,7 +174,7 @@ def _facts(
             int(v or 0)
             for v in session.execute(
                 select(
-                    func.sum(LedgerRollup.effective_cost_micros), func.sum(LedgerRollup.gpu_ns)
+                    func.sum(LedgerRollup.effective_cost_micros), sum_gpu_ns(LedgerRollup)
                 ).where(
                     LedgerRollup.run_id.in_(current_run_ids()),
                     LedgerRollup.deployment == subject.value,
