@@ -120,7 +120,8 @@ def ledger_by_hour(engine: Engine, *, month: str, team: str | None = None) -> pd
 
 
 def usage_by_hour(engine: Engine, *, month: str, team: str | None = None) -> pd.DataFrame:
-    """Requests, tokens and speculation counters per arrival hour, deployment and team."""
+    """Requests, tokens, speculation counters and metered GPU-ns per arrival hour,
+    deployment and team (the measures of :mod:`app.domain.measures`)."""
     columns = [
         "period_start",
         "deployment",
@@ -131,6 +132,7 @@ def usage_by_hour(engine: Engine, *, month: str, team: str | None = None) -> pd.
         "num_drafts",
         "draft_tokens",
         "accepted_tokens",
+        "gpu_ns",
     ]
     parsed = Month.parse(month)
     start, end = parsed.start, parsed.end
@@ -146,6 +148,7 @@ def usage_by_hour(engine: Engine, *, month: str, team: str | None = None) -> pd.
             func.sum(UsageRecord.num_drafts),
             func.sum(UsageRecord.draft_tokens),
             func.sum(UsageRecord.accepted_tokens),
+            func.sum(UsageRecord.gpu_ns),
         )
         .where(UsageRecord.arrived_at >= start, UsageRecord.arrived_at < end)
         .group_by(hour, UsageRecord.deployment, UsageRecord.team)

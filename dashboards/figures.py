@@ -15,6 +15,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from app.domain import measures
 from app.domain.ledger import CostLabel
 
 NO_DATA = "No data yet"
@@ -361,9 +362,11 @@ def acceptance_rate_figure(usage: pd.DataFrame, *, by: str) -> go.Figure:
     colours = colour_map(grouped[by]) if by == "team" else {}
     for i, (key, rows) in enumerate(grouped.groupby(by, sort=True)):
         rate = rows["accepted_tokens"] / rows["draft_tokens"]
-        total = rows["accepted_tokens"].sum() / rows["draft_tokens"].sum()
+        total = measures.acceptance_rate(
+            int(rows["accepted_tokens"].sum()), int(rows["draft_tokens"].sum())
+        )
         fig.add_scatter(
-            name=f"{key} ({total:.0%})",
+            name=f"{key} ({total or 0:.0%})",
             x=list(rows["period_start"]),
             y=list(rate),
             mode="lines+markers",

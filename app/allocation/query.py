@@ -20,6 +20,7 @@ from sqlalchemy.orm import Session
 from app.domain.allocation import split_by_weight
 from app.domain.ledger import TAG_PREFIX, CostLabel, Dimension, EntryKind
 from app.domain.windows import Step, TimeWindow, bucket_bounds
+from app.kit.measures import sum_gpu_ns
 from app.ledger.entry_reader import EntryReader, entry_reader
 from app.ledger.repository import current_run_ids
 from app.models import LedgerEntry, LedgerRollup, UsageRecord
@@ -180,7 +181,8 @@ def _dimension(dimension: str) -> Any:
 def _groups(
     reader: EntryReader, query: AllocationQuery, cost: Any, run_id: int, by_row: bool
 ) -> dict[_GroupKey, tuple[int, int, int]]:
-    """Cost and GPU-ns per charge hour, kind, currency, deployment, (row) and dimensions."""
+    """Cost and GPU-ns per charge hour, kind, currency, deployment, (row) and dimensions;
+    GPU-ns of compute pools only (:func:`app.kit.measures.counted_gpu_ns`)."""
     dimensions = [_dimension(d) for d in query.aggregate]
     # Without a step every line spans the window: grouping by charge hour too would only
     # return a row per hour and group for Python to add up.
@@ -194,7 +196,7 @@ def _groups(
         *dimensions,
     ]
     grouped = [c for c in columns if c is not None]
-    statement = select(*grouped, func.sum(cost), func.sum(LedgerEntry.gpu_ns)).where(
+    statement = select(*grouped, func.sum(cost), sum_gpu_ns(LedgerEntry)).where(
         *_in_window(query, run_id)
     )
     if any(d in _USAGE_COLUMNS or d.startswith(TAG_PREFIX) for d in query.aggregate):

@@ -17,6 +17,7 @@ from app.allocation.schemas import (
 from app.allocation.windowing import Window
 from app.auth.deps import AdminDep, PrincipalDep, team_scope
 from app.deps import SessionDep, SettingsDep
+from app.domain import measures
 from app.domain.periods import Month
 from app.domain.windows import Step
 from app.errors import RESPONSES_READ, ErrorBody, InvalidParameter
@@ -90,7 +91,7 @@ def get_allocation(
                 "currency": line.currency,
                 "cost": money(line.cost_micros),
                 "idle_cost": money(line.idle_micros),
-                "gpu_seconds": round(line.gpu_ns / 1e9, 6),
+                "gpu_seconds": measures.seconds(line.gpu_ns),
             }
             for line in items
         ]

@@ -6,6 +6,7 @@ from typing import Self
 from pydantic import AwareDatetime, Field, model_validator
 
 from app.allocation.query import AllocationLine, CostMetric, IdlePolicy
+from app.domain import measures
 from app.domain.windows import Step
 from app.kit.schemas import (
     FIRST_MONTH,
@@ -41,7 +42,7 @@ class AllocationItem(Schema):
             currency=line.currency,
             cost=money(line.cost_micros),
             idle_cost=money(line.idle_micros),
-            gpu_seconds=round(line.gpu_ns / 1e9, 6),
+            gpu_seconds=measures.seconds(line.gpu_ns),
         )
 
 

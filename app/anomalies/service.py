@@ -33,6 +33,7 @@ from app.domain.budgets import BudgetScope, ScopeKind
 from app.domain.granularity import Granularity as Granularity
 from app.domain.ledger import EntryKind
 from app.domain.money import format_micros
+from app.kit.measures import sum_gpu_ns
 from app.ledger.repository import current_run_ids
 from app.models import LedgerRollup, UsageRecord
 
@@ -254,7 +255,7 @@ def _idle(
         select(
             LedgerRollup.charge_period_start,
             func.sum(LedgerRollup.effective_cost_micros),
-            func.sum(LedgerRollup.gpu_ns),
+            sum_gpu_ns(LedgerRollup),
         )
         .where(
             LedgerRollup.run_id.in_(current_run_ids()),

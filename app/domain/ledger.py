@@ -9,6 +9,7 @@ features compare with them; nothing here touches the database.
 from enum import StrEnum
 
 __all__ = [
+    "COMPUTE_METHODS",
     "TAG_PREFIX",
     "AllocationMethod",
     "CostLabel",
@@ -90,10 +91,29 @@ class AllocationMethod(StrEnum):
         return cls(f"restatement:{kind.value}")
 
     @property
+    def splits_compute(self) -> bool:
+        """Whether the entry is a share of a compute pool (GPU instance rows), so its
+        ``gpu_ns`` is GPU time; a proportional shared row carries the same GPU-ns only as
+        its split weight, and counting it too would count that time twice."""
+        return self in _COMPUTE_METHODS
+
+    @property
     def restated_kind(self) -> EntryKind | None:
         """The kind an adjustment with this method restates; None for other methods."""
         prefix, _, kind = self.value.partition(":")
         return EntryKind(kind) if prefix == "restatement" else None
+
+
+_COMPUTE_METHODS = frozenset(
+    {
+        AllocationMethod.gpu_seconds,
+        AllocationMethod.gpu_seconds_two_level,
+        AllocationMethod.gpu_seconds_slurm_job,
+        AllocationMethod.gpu_seconds_slurm_unmetered,
+    }
+)
+COMPUTE_METHODS: tuple[str, ...] = tuple(sorted(m.value for m in _COMPUTE_METHODS))
+"""The methods of compute-pool entries: the only entries whose ``gpu_ns`` is GPU time."""
 
 
 class Dimension(StrEnum):

@@ -13,6 +13,7 @@ from sqlalchemy import ColumnElement, Select, case, func, select
 from sqlalchemy.orm import Session
 
 from app.db import epoch_us
+from app.domain import measures
 from app.domain.errors import Invalid
 from app.domain.ledger import TAG_PREFIX, CostLabel, Dimension, EntryKind
 from app.domain.money import format_micros
@@ -40,29 +41,26 @@ class CostLine:
 
     def to_json(self, by: Sequence[str]) -> dict[str, Any]:
         def per(amount: int, units: float, scale: float) -> str | None:
-            return format_micros(round(amount * scale / units)) if units else None
+            cost = measures.unit_cost_micros(amount, units, scale)
+            return None if cost is None else format_micros(cost)
 
-        total_tokens = self.prompt_tokens + self.completion_tokens
+        total_tokens = measures.total_tokens(self.prompt_tokens, self.completion_tokens)
         return {
             **dict(zip(by, self.key, strict=True)),
             "requests": self.requests,
             "effective_cost": format_micros(self.effective_micros),
             "billed_cost": format_micros(self.billed_micros),
-            "gpu_seconds": round(self.gpu_ns / 1e9, 3),
-            "session_seconds": round(self.session_ns / 1e9, 3),
+            "gpu_seconds": measures.seconds(self.gpu_ns),
+            "session_seconds": measures.seconds(self.session_ns),
             "prompt_tokens": self.prompt_tokens,
             "cached_tokens": self.cached_tokens,
             "completion_tokens": self.completion_tokens,
             "draft_tokens": self.draft_tokens,
             "accepted_tokens": self.accepted_tokens,
-            "acceptance_rate": round(self.accepted_tokens / self.draft_tokens, 4)
-            if self.draft_tokens
-            else None,
-            "mean_acceptance_length": round(
-                (self.accepted_tokens + self.num_drafts) / self.num_drafts, 3
-            )
-            if self.num_drafts
-            else None,
+            "acceptance_rate": measures.acceptance_rate(self.accepted_tokens, self.draft_tokens),
+            "mean_acceptance_length": measures.mean_acceptance_length(
+                self.accepted_tokens, self.num_drafts
+            ),
             "cost_per_1k_session_seconds": per(self.effective_micros, self.session_ns / 1e9, 1e3),
             "cost_per_1m_output_tokens": per(self.effective_micros, self.completion_tokens, 1e6),
             "cost_per_1m_tokens": per(self.effective_micros, total_tokens, 1e6),

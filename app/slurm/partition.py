@@ -38,6 +38,7 @@ from app.domain.ledger import EntryKind
 from app.domain.partition_schedule import LoadProfile, load_profile, tpot_model
 from app.domain.periods import Month
 from app.kit.epoch import to_us
+from app.kit.measures import sum_gpu_ns
 from app.ledger.entry_reader import window_readers
 from app.ledger.repository import current_run_ids
 from app.models import LedgerRollup, UsageRecord
@@ -210,7 +211,7 @@ def node_hour_price(
         select(
             LedgerRollup.booked_month,
             func.sum(LedgerRollup.effective_cost_micros),
-            func.sum(LedgerRollup.gpu_ns),
+            sum_gpu_ns(LedgerRollup),
         )
         .where(
             LedgerRollup.run_id.in_(current_run_ids()),
