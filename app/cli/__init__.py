@@ -22,6 +22,7 @@ from app.cli import (
     engine,
     health,
     ledger,
+    mcp_server,
     probe,
     proxy,
     slurm,
@@ -62,6 +63,7 @@ health.register(app)
 speculation.register(app)
 advise.register(app)
 waste.register(app)
+mcp_server.register(app)
 
 
 def main() -> None:
