@@ -24,8 +24,8 @@ from starlette.responses import JSONResponse
 from starlette.types import Receive, Scope, Send
 
 from app.auth.service import KEY_MARK
+from app.budgets.rules.budget import BudgetScope, ScopeKind
 from app.budgets.service import OverLimit
-from app.domain.budgets import BudgetScope, ScopeKind
 from app.domain.iteration_stats import (
     IterationRecord,
     IterationStatsError,

@@ -27,9 +27,9 @@ from app.allocation.query import AllocationQuery, IdlePolicy, query_allocation
 from app.allocation.service import run_allocation
 from app.allocation.windowing import Window
 from app.deployments.service import add_deployment, add_replica
+from app.domain.findings import Thresholds
 from app.domain.periods import Month
 from app.domain.usage import UsageEvent
-from app.domain.waste import Thresholds
 from app.domain.windows import Step, TimeWindow
 from app.kit.dataset_store import DatasetStore, StoreError
 from app.ledger.costs import unit_costs
