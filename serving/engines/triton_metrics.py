@@ -14,7 +14,7 @@ Three families matter to the meter (triton-inference-server/server
   ``inflight_batcher_specific_metric``, ``general_type``, ...).
 
 None of them carries acceptance: that is only in TensorRT-LLM's iteration stats
-(:mod:`app.domain.iteration_stats`).
+(:mod:`serving.engines.trtllm_iteration_stats`).
 """
 
 from __future__ import annotations
