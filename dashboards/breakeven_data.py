@@ -27,8 +27,8 @@ from app.breakeven.tier_catalog import TierCatalog, TierCatalogError, load_tier_
 from app.db import read_session
 from app.domain.errors import Invalid
 from app.domain.periods import Month
-from app.ledger.repository import current_run_id
 from app.models import Deployment, LedgerEntry, UsageRecord
+from app.storage.run_repository import current_run_id
 from dashboards.session_seconds import arrived_in, islands, request_span
 
 BOOTSTRAP_SAMPLES = 200

@@ -20,10 +20,10 @@ from app.deps import SessionDep, SettingsDep
 from app.domain.periods import Month
 from app.domain.windows import Step
 from app.errors import RESPONSES_READ, ErrorBody, InvalidParameter
-from app.kit.dataset_store import DatasetStore
 from app.kit.http_params import PageDep, TeamQuery, WindowDep, parse_dimensions
 from app.kit.responses import Format, csv_download
 from app.kit.schemas import WindowRead, money
+from app.storage.dataset_store import DatasetStore
 
 router = APIRouter(prefix="/allocation", tags=["allocation"])
 

@@ -32,8 +32,8 @@ from app.budgets.rules.budget import BudgetScope, ScopeKind
 from app.budgets.spend import spend
 from app.domain.ledger import EntryKind
 from app.domain.money import format_micros
-from app.ledger.repository import current_run_ids
 from app.models import LedgerRollup, UsageRecord
+from app.storage.run_repository import current_run_ids
 
 SEASON = {Granularity.day: 7, Granularity.hour: 168}
 """Days repeat weekly; hours too (a weekday hour is not a weekend hour: judged by the day

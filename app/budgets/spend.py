@@ -11,8 +11,8 @@ from sqlalchemy.orm import Session
 from app.budgets.rules.budget import BudgetScope, ScopeKind, UnitPrice
 from app.db import utc_hour, utc_instant
 from app.domain.ledger import EntryKind
-from app.ledger.repository import current_run_ids
 from app.models import AllocationRun, LedgerEntry, LedgerRollup, UsageRecord
+from app.storage.run_repository import current_run_ids
 
 PRICE_WINDOW = timedelta(days=1)
 """The unit cost used for metered usage comes from the ledger's last allocated day."""

@@ -10,8 +10,8 @@ from sqlalchemy.orm import Session
 from app.domain.ledger import CostLabel, EntryKind
 from app.domain.money import format_micros
 from app.domain.periods import Month
-from app.ledger.repository import current_run_id
 from app.models import BillingDelivery, BillingRow, LedgerPoolRow, LedgerRollup
+from app.storage.run_repository import current_run_id
 
 KINDS = (EntryKind.request, EntryKind.shared, EntryKind.idle, EntryKind.unallocated)
 """What a month's own run books, in report order (adjustments are kept apart)."""

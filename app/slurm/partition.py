@@ -37,10 +37,10 @@ from app.domain.errors import InvalidInput, NotFound
 from app.domain.ledger import EntryKind
 from app.domain.periods import Month
 from app.kit.epoch import to_us
-from app.ledger.entry_reader import window_readers
-from app.ledger.repository import current_run_ids
 from app.models import LedgerRollup, UsageRecord
 from app.slurm.rules.partition_schedule import LoadProfile, load_profile, tpot_model
+from app.storage.entry_reader import window_readers
+from app.storage.run_repository import current_run_ids
 
 __all__ = [
     "FittedTpot",

@@ -7,7 +7,7 @@ JSON arrays are read differently by SQLite, PostgreSQL and DuckDB, so the histog
 summed in SQL: the records are streamed in Arrow batches and summed with numpy, per
 deployment and histogram length, so memory holds one batch and a few sums whatever the
 window's size. Each part of the window is read where its ledger is kept (the database, or a
-month's Parquet store: :func:`app.ledger.entry_reader.window_readers`), as waste findings are.
+month's Parquet store: :func:`app.storage.entry_reader.window_readers`), as waste findings are.
 
 A position's cost comes from the deployment's newest stored breakeven fit when the fit
 measured the method the deployment runs (its step-time model and drafter cost at the
@@ -28,8 +28,6 @@ from app.breakeven.rules.model import StepTimeModel
 from app.breakeven.service import BreakevenError, list_sweeps, read_stored_fit
 from app.domain.findings import Finding
 from app.domain.windows import TimeWindow
-from app.ledger.entry_reader import EntryReader, WindowPart, places, window_readers
-from app.ledger.repository import current_run_ids
 from app.models import LedgerEntry, UsageRecord
 from app.speculation.rules.positions import (
     MAX_HISTOGRAM,
@@ -39,6 +37,8 @@ from app.speculation.rules.positions import (
     modelled_step_s,
     unpaid_positions_finding,
 )
+from app.storage.entry_reader import EntryReader, WindowPart, places, window_readers
+from app.storage.run_repository import current_run_ids
 
 __all__ = [
     "DeploymentPositions",

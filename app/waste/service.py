@@ -21,10 +21,10 @@ from app.domain.findings import AcceptanceGroup, Finding, Scope, Thresholds
 from app.domain.ledger import CostLabel, EntryKind
 from app.domain.windows import TimeWindow
 from app.engine_health.draft_memory import draft_memory_findings
-from app.ledger.entry_reader import EntryReader, WindowPart, places, window_readers
-from app.ledger.repository import current_run_ids
 from app.models import Deployment, LedgerEntry, LedgerRollup, Replica, UsageRecord
 from app.speculation.positions import unpaid_position_findings
+from app.storage.entry_reader import EntryReader, WindowPart, places, window_readers
+from app.storage.run_repository import current_run_ids
 from app.waste.rules import (
     BreakevenExposure,
     IdleExposure,

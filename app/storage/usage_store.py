@@ -23,9 +23,9 @@ from sqlalchemy import DateTime, func, select, type_coerce
 from sqlalchemy.orm import Session
 
 from app.domain.usage import UsageEvent
-from app.kit.dataset_store import DatasetStore
 from app.kit.epoch import to_us
 from app.models import UsageRecord
+from app.storage.dataset_store import DatasetStore
 
 USAGE_PREFIX = "usage"
 PARTITIONS = {"month": pa.string(), "deployment": pa.string(), "hour": pa.string()}

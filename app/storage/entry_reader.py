@@ -24,10 +24,10 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.orm import Session
 
 from app.domain.ledger import RunStatus
-from app.kit.dataset_store import DatasetStore
-from app.ledger.repository import store_entries_prefix
 from app.models import AllocationRun, LedgerPoolRow
-from app.usage.store import months_between, usage_dataset
+from app.storage.dataset_store import DatasetStore
+from app.storage.run_repository import store_entries_prefix
+from app.storage.usage_store import months_between, usage_dataset
 
 __all__ = ["EntryReader", "WindowPart", "entry_reader", "places", "window_readers"]
 
