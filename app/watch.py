@@ -12,9 +12,9 @@ from app.alerts import Alert, AlertKind, Severity, enqueue
 from app.anomalies import service as anomalies
 from app.anomalies.acceptance import acceptance_drifts, drift_alert
 from app.budgets import service as budgets
+from app.domain.findings import Finding, Thresholds
 from app.domain.money import format_micros
 from app.domain.periods import Month
-from app.domain.waste import Finding, Thresholds
 from app.domain.windows import TimeWindow
 from app.probe import drift_alert as probe_drift_alert
 from app.probe import probe_drifts

@@ -1,4 +1,4 @@
-"""Acceptance drift detection: the CUSUM of app/domain/acceptance_drift.py against a
+"""Acceptance drift detection: the CUSUM of app/anomalies/rules/acceptance_drift.py against a
 Shewhart rule (alarm on the first bucket below the baseline's mean minus 3 sd), side by side,
 on generated hourly acceptance with a known change point.
 
@@ -16,7 +16,7 @@ import time
 
 import numpy as np
 
-from app.domain.acceptance_drift import AcceptanceBucket, detect_drop
+from app.anomalies.rules.acceptance_drift import AcceptanceBucket, detect_drop
 
 BASELINE_HOURS = 168
 WATCH_HOURS = 168

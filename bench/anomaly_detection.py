@@ -1,5 +1,5 @@
 """Do cost anomalies get found, and is the driver right? Generated cost series with anomalies
-injected at known buckets, judged by the detector (app.domain.anomalies: seasonal-median
+injected at known buckets, judged by the detector (app.anomalies.rules: seasonal-median
 decomposition with a MAD threshold, causal) beside two references over the same history:
 a rolling mean +/- 3 standard deviations (no seasonality, not robust) and a seasonal mean
 +/- 3 sd (the detector with means for medians: seasonal, not robust). Precision, recall and
@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from app.domain.anomalies import (
+from app.anomalies.rules import (
     BucketFacts,
     Driver,
     baseline_indices,

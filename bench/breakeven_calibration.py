@@ -20,8 +20,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.optimize import brentq
 
-from app.domain.breakeven.report import fit_breakeven
-from app.domain.breakeven.sweep import SweepPoint
+from app.breakeven.rules.report import fit_breakeven
+from app.breakeven.rules.sweep import SweepPoint
 
 K = 4
 ACCEPTANCE_LENGTH = 2.6

@@ -1,7 +1,7 @@
 """Do the spend forecast's intervals mean what they say? Daily spend generated with a known
 trend, weekly seasonality and noise, forecast at several days of a month and checked
 against the month's true total: how often the 80/90/95% intervals hold it, and the median
-absolute % error (MdAPE) of the expected total, for the model (app.domain.forecast) beside
+absolute % error (MdAPE) of the expected total, for the model (app.budgets.rules.forecast) beside
 the naive run-rate: the month-to-date mean day times the days of the month, with a normal
 interval from the month-to-date daily variance (independent days, the mean's own error
 included). ``ratio`` is the model's MdAPE over the run-rate's.
@@ -38,7 +38,7 @@ from statistics import NormalDist
 
 import numpy as np
 
-from app.domain.forecast import forecast_spend
+from app.budgets.rules.forecast import forecast_spend
 
 LEVELS = (0.8, 0.9, 0.95)
 AS_OF_DAYS = (4, 8, 15, 22, 28)

@@ -1,5 +1,5 @@
-"""Probe drift detection: the CUSUM of app/domain/probe.py (Page's CUSUM of
-app/domain/acceptance_drift.py with the probe's baseline and threshold) on generated series
+"""Probe drift detection: the CUSUM of app/probe/rules/drift.py (Page's CUSUM of
+app/anomalies/rules/acceptance_drift.py with the probe's baseline and threshold) on generated series
 of probe runs with a known change point.
 
     .venv/bin/python -m bench.probe_drift [--series 300] [--seed 0]
@@ -19,8 +19,8 @@ import time
 
 import numpy as np
 
-from app.domain.acceptance_drift import AcceptanceBucket
-from app.domain.probe import BASELINE_RUNS, PROBE_H, PROBE_K, detect_probe_drop
+from app.anomalies.rules.acceptance_drift import AcceptanceBucket
+from app.probe.rules.drift import BASELINE_RUNS, PROBE_H, PROBE_K, detect_probe_drop
 
 WATCH_RUNS = 168
 RATE, DRAFTED = 0.62, 1500

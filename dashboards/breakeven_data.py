@@ -18,17 +18,17 @@ import pandas as pd
 from sqlalchemy import ColumnElement, Engine, case, func, select
 
 from app.breakeven import service, tiers
+from app.breakeven.rules.model import SpeculationModel, is_model_free, speedup
+from app.breakeven.rules.sweep import SweepPoint
+from app.breakeven.rules.tier_costs import SpeculationMode, cost_curve
 from app.breakeven.schemas import StoredFit
 from app.breakeven.sweep_file import SweepRow
 from app.breakeven.tier_catalog import TierCatalog, TierCatalogError, load_tier_catalog
 from app.db import read_session
-from app.domain.breakeven.model import SpeculationModel, is_model_free, speedup
-from app.domain.breakeven.sweep import SweepPoint
-from app.domain.breakeven.tier_costs import SpeculationMode, cost_curve
 from app.domain.errors import Invalid
 from app.domain.periods import Month
-from app.ledger.repository import current_run_id
 from app.models import Deployment, LedgerEntry, UsageRecord
+from app.storage.run_repository import current_run_id
 from dashboards.session_seconds import arrived_in, islands, request_span
 
 BOOTSTRAP_SAMPLES = 200

@@ -18,9 +18,9 @@ from app.domain.ledger import CostLabel, EntryKind
 from app.domain.periods import Month
 from app.domain.windows import TimeWindow
 from app.ledger.reconcile import reconcile
-from app.ledger.repository import allocated_months, current_run_id
 from app.models import LedgerRollup, SlurmJob, UsageRecord
 from app.slurm.report import slurm_usage
+from app.storage.run_repository import allocated_months, current_run_id
 from dashboards.figures import BudgetView, money_2dp
 from dashboards.session_seconds import hourly_query, longest_span_query
 

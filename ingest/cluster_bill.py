@@ -1,6 +1,6 @@
 """The I/O side of a Slurm cluster's cost model: read the TOML file, write the derived FOCUS
 bill that ``ingest.service.ingest_billing`` reads like any other (see
-``app.domain.cluster_cost`` for the model, the rounding rule and the columns).
+``app.slurm.rules.cluster_cost`` for the model, the rounding rule and the columns).
 """
 
 import csv
@@ -15,7 +15,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import BinaryIO
 
-from app.domain.cluster_cost import (
+from app.slurm.rules.cluster_cost import (
     FOCUS_COLUMNS,
     ClusterCostModel,
     CostModelError,

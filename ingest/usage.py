@@ -30,11 +30,11 @@ from sqlalchemy import Connection, Engine
 from app.domain.errors import Invalid
 from app.domain.names import unknown_name
 from app.domain.usage import ReplicaIdleEvent, UsageEvent
-from app.kit.dataset_store import DatasetStore
+from app.storage.dataset_store import DatasetStore
+from app.storage.usage_store import columns_table, write_usage
 from app.usage.columns import events_columns
 from app.usage.repository import insert_idle, insert_usage_columns
 from app.usage.schemas import record_from_json
-from app.usage.store import columns_table, write_usage
 from ingest.errors import IngestError, Problem
 from ingest.usage_read import BLOCK_BYTES, Unreadable, prefetched, read_blocks
 

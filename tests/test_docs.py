@@ -288,9 +288,9 @@ def test_a_path_or_module_the_pages_name_must_exist() -> None:
         "`bench.allocate`, `.specledger/engines/NAME.json`, `usage/month=YYYY-MM/`"
     )
     assert checks.check_paths({"docs/a.md": fine}, exists) == []
-    moved = "`app/domain/waste.py` and\n`app.domain.waste.rule` and `bench.alocate`"
+    moved = "`app/domain/findings.py` and\n`app.domain.findings.rule` and `bench.alocate`"
     assert checks.check_paths({"docs/a.md": moved}, exists) == [
-        "docs/a.md:1: `app/domain/waste.py`: no such file or folder (moved?)",
-        "docs/a.md:2: `app.domain.waste.rule`: no such module (moved?)",
+        "docs/a.md:1: `app/domain/findings.py`: no such file or folder (moved?)",
+        "docs/a.md:2: `app.domain.findings.rule`: no such module (moved?)",
         "docs/a.md:2: `bench.alocate`: no such module (moved?)",
     ]

@@ -21,9 +21,9 @@ from app.domain.allocation import split_by_weight
 from app.domain.ledger import TAG_PREFIX, CostLabel, Dimension, EntryKind
 from app.domain.windows import Step, TimeWindow, bucket_bounds
 from app.kit.measures import sum_gpu_ns
-from app.ledger.entry_reader import EntryReader, entry_reader
-from app.ledger.repository import current_run_ids
 from app.models import LedgerEntry, LedgerRollup, UsageRecord
+from app.storage.entry_reader import EntryReader, entry_reader
+from app.storage.run_repository import current_run_ids
 
 _ENTRY_COLUMNS: dict[str, Any] = {
     Dimension.team: LedgerEntry.team,

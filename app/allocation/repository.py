@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session
 
 from app.allocation.plan import BASES, MAX_EXACT_MICROS
 from app.domain.errors import InvalidInput
-from app.domain.slurm_usage import job_event_id, job_key
+from app.domain.slurm_jobs import job_event_id, job_key
 from app.kit.epoch import to_us
 from app.models import BillingDelivery, BillingRow, Deployment, Replica, SlurmJob, UsageRecord
 

@@ -22,12 +22,12 @@ from app.allocation.repository import usage_span
 from app.allocation.windowing import Window, compute_window, small_inputs
 from app.domain.ledger import AllocationMethod, EntryKind
 from app.domain.periods import Month
-from app.kit.dataset_store import DatasetStore
 from app.kit.epoch import to_us
-from app.ledger.entry_reader import entry_reader, run_store
-from app.ledger.repository import current_run_ids
 from app.models import AllocationRun, BillingDelivery, LedgerClosure, LedgerEntry, LedgerRollup
-from app.usage.store import plan_usage
+from app.storage.dataset_store import DatasetStore
+from app.storage.entry_reader import entry_reader, run_store
+from app.storage.run_repository import current_run_ids
+from app.storage.usage_store import plan_usage
 
 Key = tuple[EntryKind, str | None, str | None, str | None, str]
 """(kind, deployment, team, session_id, currency): the grain adjustments are kept at."""

@@ -21,10 +21,10 @@ from app.domain import measures
 from app.domain.periods import Month
 from app.domain.windows import Step
 from app.errors import RESPONSES_READ, ErrorBody, InvalidParameter
-from app.kit.dataset_store import DatasetStore
 from app.kit.http_params import PageDep, WindowDep, parse_dimensions
 from app.kit.responses import Format, csv_download
 from app.kit.schemas import WindowRead, money
+from app.storage.dataset_store import DatasetStore
 from app.usage.team_query import TeamQuery
 
 router = APIRouter(prefix="/allocation", tags=["allocation"])

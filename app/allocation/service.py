@@ -25,14 +25,14 @@ from app.allocation.windowing import Window, small_inputs
 from app.domain.errors import MonthClosed
 from app.domain.ledger import RunStatus
 from app.kit.bulk import bulk_insert
-from app.kit.dataset_store import DatasetStore
-from app.ledger.repository import (
+from app.models import AllocationRun, LedgerClosure, LedgerEntry, LedgerPoolRow, LedgerRollup
+from app.storage.dataset_store import DatasetStore
+from app.storage.run_repository import (
     current_run_id,
     current_window_run_id,
     store_entries_prefix,
 )
-from app.models import AllocationRun, LedgerClosure, LedgerEntry, LedgerPoolRow, LedgerRollup
-from app.usage.store import plan_usage
+from app.storage.usage_store import plan_usage
 
 
 @dataclass

@@ -1,5 +1,5 @@
 """Acceptance drift per deployment: a CUSUM on hourly production acceptance against the
-deployment's own baseline (:mod:`app.domain.acceptance_drift`), with what it costs."""
+deployment's own baseline (:mod:`app.anomalies.rules.acceptance_drift`), with what it costs."""
 
 from collections import defaultdict
 from dataclasses import dataclass
@@ -9,11 +9,11 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from app.alerts import Alert, AlertKind, Severity
+from app.anomalies.rules import verified_per_output_token
+from app.anomalies.rules.acceptance_drift import AcceptanceBucket, detect_drop
+from app.budgets.rules.budget import BudgetScope, ScopeKind
 from app.budgets.spend import spend
 from app.db import utc_hour, utc_instant
-from app.domain.acceptance_drift import AcceptanceBucket, detect_drop
-from app.domain.anomalies import verified_per_output_token
-from app.domain.budgets import BudgetScope, ScopeKind
 from app.domain.money import format_micros
 from app.models import UsageRecord
 

@@ -8,8 +8,8 @@ from pydantic import Field
 
 from app.anomalies.service import AnomalyReport, Granularity, find_anomalies
 from app.auth.deps import PrincipalDep
+from app.budgets.rules.budget import BudgetScope, ScopeKind
 from app.deps import NowDep, SessionDep, SettingsDep
-from app.domain.budgets import BudgetScope, ScopeKind
 from app.errors import RESPONSES_READ
 from app.kit.schemas import Amount, Schema, money
 

@@ -2,11 +2,11 @@
 
 The cost series is the budgets' spend (:func:`app.budgets.spend.spend`: the ledger where it
 has allocated, metered usage at the latest unit cost after it), per day (weekly season) or
-per hour (daily season). :func:`app.domain.anomalies.detect` flags buckets; for each, the
+per hour (daily season). :func:`app.anomalies.rules.detect` flags buckets; for each, the
 facts of the bucket and of its baseline (the same season position in the cycles before)
 come from the ledger (idle) and the usage records (tokens, drafts, GPU time, and the cost
 split over team, session, model and method in proportion to GPU time, as the ledger splits
-a deployment-hour), and :func:`app.domain.anomalies.explain` says what moved.
+a deployment-hour), and :func:`app.anomalies.rules.explain` says what moved.
 """
 
 from collections.abc import Sequence
@@ -18,9 +18,8 @@ from sqlalchemy import ColumnElement, and_, func, or_, select
 from sqlalchemy.orm import Session
 
 from app.alerts import Alert, AlertKind, Severity, enqueue
-from app.budgets.spend import spend
-from app.db import utc_hour, utc_instant
-from app.domain.anomalies import (
+from app.anomalies.granularity import Granularity as Granularity
+from app.anomalies.rules import (
     NOT_COVERED,
     Anomaly,
     BucketFacts,
@@ -29,13 +28,14 @@ from app.domain.anomalies import (
     detect,
     explain,
 )
-from app.domain.budgets import BudgetScope, ScopeKind
-from app.domain.granularity import Granularity as Granularity
+from app.budgets.rules.budget import BudgetScope, ScopeKind
+from app.budgets.spend import spend
+from app.db import utc_hour, utc_instant
 from app.domain.ledger import EntryKind
 from app.domain.money import format_micros
 from app.kit.measures import sum_gpu_ns
-from app.ledger.repository import current_run_ids
 from app.models import LedgerRollup, UsageRecord
+from app.storage.run_repository import current_run_ids
 
 SEASON = {Granularity.day: 7, Granularity.hour: 168}
 """Days repeat weekly; hours too (a weekday hour is not a weekend hour: judged by the day

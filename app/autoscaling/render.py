@@ -6,14 +6,14 @@ from typing import Any
 
 import yaml
 
-from app.domain.money import format_micros
-from app.domain.partition_schedule import hour_label
-from app.domain.ray_autoscaling import (
+from app.autoscaling.rules import (
     RayAdvice,
     ray_advice_as_dict,
     ray_service_manifest,
     serve_config,
 )
+from app.domain.money import format_micros
+from app.slurm.rules.partition_schedule import hour_label
 
 __all__ = ["advice_json", "advice_text", "advice_yaml", "serve_config_yaml"]
 

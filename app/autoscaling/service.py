@@ -2,7 +2,7 @@
 fitted breakeven sweep (TPOT against concurrency, speculation on and off), its load by hour of
 the week (the p90 of concurrent sessions over whole weeks) and the ledger's own price of a
 worker node-hour. The inputs are read as the Slurm partition schedule reads them
-(:mod:`app.slurm.partition`); the advice is :func:`app.domain.ray_autoscaling.advise_ray`.
+(:mod:`app.slurm.partition`); the advice is :func:`app.autoscaling.rules.advise_ray`.
 
 Functions take a session and never commit. Errors: those of :mod:`app.slurm.partition`
 (NoFittedSweep, NoNodeHourPrice [404]; BreakevenError [422]) and InvalidInput [422] for a
@@ -14,14 +14,14 @@ from datetime import datetime
 
 from sqlalchemy.orm import Session
 
-from app.domain.periods import Month
-from app.domain.ray_autoscaling import (
+from app.autoscaling.rules import (
     SEARCH_LIMIT,
     RayAdvice,
     RayAdviceInput,
     advise_ray,
     default_tpot_target,
 )
+from app.domain.periods import Month
 from app.slurm.partition import fitted_tpot, hourly_load, node_hour_price
 
 __all__ = ["RayAdviceRequest", "ray_advice"]

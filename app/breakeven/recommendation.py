@@ -11,6 +11,13 @@ from typing import Any
 import numpy as np
 from sqlalchemy.orm import Session
 
+from app.breakeven.rules.claims import (
+    CostCheck,
+    check_monthly_cost,
+    check_session_second_cost,
+    usd,
+)
+from app.breakeven.rules.tier_costs import SpeculationMode, cost_curve, fits_capacity, tpot_at
 from app.breakeven.tier_catalog import TierCatalog, load_tier_catalog
 from app.breakeven.tiers import (
     MODES,
@@ -22,13 +29,6 @@ from app.breakeven.tiers import (
     load_workload,
     quote_json,
 )
-from app.domain.breakeven.claims import (
-    CostCheck,
-    check_monthly_cost,
-    check_session_second_cost,
-    usd,
-)
-from app.domain.breakeven.tier_costs import SpeculationMode, cost_curve, fits_capacity, tpot_at
 from app.domain.money import format_micros
 
 MODE_LABELS = {

@@ -7,15 +7,15 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from app.breakeven.sweep_file import SweepRow
-from app.domain.breakeven.claims import usd
-from app.domain.breakeven.report import (
+from app.breakeven.rules.claims import usd
+from app.breakeven.rules.report import (
     TARGET_HALF_WIDTH,
     BreakevenFit,
     ConcurrencyComparison,
     ConfigBreakeven,
 )
-from app.domain.breakeven.schedule_check import ScheduleCheck
+from app.breakeven.rules.schedule_check import ScheduleCheck
+from app.breakeven.sweep_file import SweepRow
 from app.domain.money import parse_micros
 
 

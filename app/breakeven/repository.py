@@ -8,8 +8,8 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from app.breakeven.rules.sweep import SweepPoint
 from app.breakeven.sweep_file import SweepRow
-from app.domain.breakeven.sweep import SweepPoint
 from app.models import Sweep, SweepPointRecord
 
 

@@ -5,7 +5,7 @@ from typing import Any, Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from app.domain.breakeven.model import ScheduleBand, StepTimeModel
+from app.breakeven.rules.model import ScheduleBand, StepTimeModel
 from app.kit.schemas import Schema
 
 

@@ -2,7 +2,7 @@
 their fits, read a fitted schedule, and the breakeven of each deployment (for waste).
 
 Orchestration only: the sweep file is read by :mod:`app.breakeven.sweep_file`, the maths is
-in :mod:`app.domain.breakeven.report`, queries in :mod:`app.breakeven.repository`. Functions
+in :mod:`app.breakeven.rules.report`, queries in :mod:`app.breakeven.repository`. Functions
 take a session and never commit (the CLI's unit of work and the API's session do). A stored
 fit is read back through :class:`app.breakeven.schemas.StoredFit`. A sweep's fit is the
 stored one unless a refit is asked for; a refit is computed on the sweep's fixed-k rows and
@@ -31,19 +31,19 @@ from sqlalchemy.orm import Session
 
 from app.breakeven import repository
 from app.breakeven.render import measured_crossing
-from app.breakeven.schemas import StoredFit
-from app.breakeven.sweep_file import SweepFileError, SweepRow, read_sweep_file
-from app.deployments.service import get_deployment
-from app.domain.breakeven.model import ScheduleBand, raise_bands
-from app.domain.breakeven.report import BreakevenFit, breakeven_fit_as_dict, fit_breakeven
-from app.domain.breakeven.schedule_check import (
+from app.breakeven.rules.curve import BreakevenCurve
+from app.breakeven.rules.model import ScheduleBand, raise_bands
+from app.breakeven.rules.report import BreakevenFit, breakeven_fit_as_dict, fit_breakeven
+from app.breakeven.rules.schedule_check import (
     ScheduleCheck,
     check_schedules,
     schedule_check_as_dict,
 )
-from app.domain.breakeven.sweep import InvalidSweep, SweepPoint
+from app.breakeven.rules.sweep import InvalidSweep, SweepPoint
+from app.breakeven.schemas import StoredFit
+from app.breakeven.sweep_file import SweepFileError, SweepRow, read_sweep_file
+from app.deployments.service import get_deployment
 from app.domain.errors import Invalid, InvalidInput, NotFound
-from app.domain.waste import BreakevenCurve
 from app.models import Sweep, SweepPointRecord
 
 

@@ -18,8 +18,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.csv as pa_csv
 
-from app.domain.breakeven.model import BASELINE_METHOD
-from app.domain.breakeven.sweep import MIN_CONCURRENCY_LEVELS, SweepPoint
+from app.breakeven.rules.model import BASELINE_METHOD
+from app.breakeven.rules.sweep import MIN_CONCURRENCY_LEVELS, SweepPoint
 from app.domain.errors import Invalid
 
 REQUIRED_COLUMNS = (

@@ -7,7 +7,7 @@ describe the prompts, while step times stay per tier, since those describe the h
 
 The brief's quoted figures (per tier: a monthly cost range and a cost per 1K session-seconds;
 for the architecture: a speedup) are shown beside the computed ones and flagged within, below
-or above, with the reason in the model's terms (:mod:`app.domain.breakeven.claims`).
+or above, with the reason in the model's terms (:mod:`app.breakeven.rules.claims`).
 The CLI and the API both call :func:`tiers_report` here and
 :func:`app.breakeven.recommendation.tier_recommendation` for advice.
 """
@@ -21,10 +21,7 @@ import numpy as np
 from sqlalchemy.orm import Session
 
 from app.breakeven import repository
-from app.breakeven.service import read_stored_fit
-from app.breakeven.tier_catalog import GpuSpec, Tier, TierCatalog, load_tier_catalog
-from app.catalog import InstancePrice, instance_prices
-from app.domain.breakeven.claims import (
+from app.breakeven.rules.claims import (
     CostCheck,
     FleetTerms,
     SpeedupCheck,
@@ -33,9 +30,9 @@ from app.domain.breakeven.claims import (
     check_speedup,
     range_verdict,
 )
-from app.domain.breakeven.model import SpeculationModel, StepTimeModel
-from app.domain.breakeven.speculation import expected_tokens_per_step
-from app.domain.breakeven.tier_costs import (
+from app.breakeven.rules.model import SpeculationModel, StepTimeModel
+from app.breakeven.rules.speculation import expected_tokens_per_step
+from app.breakeven.rules.tier_costs import (
     CostCurve,
     SpeculationMode,
     TierCapacity,
@@ -45,6 +42,9 @@ from app.domain.breakeven.tier_costs import (
     fits_capacity,
     roofline_step_model,
 )
+from app.breakeven.service import read_stored_fit
+from app.breakeven.tier_catalog import GpuSpec, Tier, TierCatalog, load_tier_catalog
+from app.catalog import InstancePrice, instance_prices
 from app.domain.errors import Invalid
 from app.domain.money import decimal_to_micros, format_micros
 

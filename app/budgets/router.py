@@ -8,6 +8,7 @@ from fastapi import APIRouter, Path
 
 from app.auth.deps import AdminDep, PrincipalDep
 from app.budgets import service
+from app.budgets.rules.budget import BudgetScope
 from app.budgets.schemas import (
     BudgetCreate,
     BudgetRead,
@@ -16,7 +17,6 @@ from app.budgets.schemas import (
     ForecastRead,
 )
 from app.deps import SessionDep, SettingsDep
-from app.domain.budgets import BudgetScope
 from app.domain.money import decimal_to_micros
 from app.errors import RESPONSES_READ, ErrorBody
 from app.kit.schemas import money

@@ -6,7 +6,7 @@ from typing import Annotated
 
 from pydantic import Field
 
-from app.domain.budgets import DEFAULT_THRESHOLDS, PeriodKind
+from app.budgets.rules.budget import DEFAULT_THRESHOLDS, PeriodKind
 from app.kit.schemas import NAME_MAX, STORABLE, Amount, Schema
 
 PositiveAmount = Annotated[Decimal, Field(gt=0, max_digits=18, decimal_places=6)]

@@ -10,8 +10,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.alerts import Alert, AlertKind, Severity, enqueue
-from app.budgets.spend import SpendBreakdown, spend
-from app.domain.budgets import (
+from app.budgets.rules.budget import (
     DEFAULT_THRESHOLDS,
     BudgetScope,
     BudgetState,
@@ -21,14 +20,15 @@ from app.domain.budgets import (
     check_thresholds,
     evaluate,
 )
-from app.domain.errors import Conflict, Invalid, NotFound
-from app.domain.forecast import (
+from app.budgets.rules.forecast import (
     BudgetCrossing,
     SpendForecast,
     at_least_spent,
     budget_crossing,
     forecast_spend,
 )
+from app.budgets.spend import SpendBreakdown, spend
+from app.domain.errors import Conflict, Invalid, NotFound
 from app.domain.money import format_micros
 from app.domain.names import unknown_name
 from app.models import Budget, Deployment

@@ -1,5 +1,5 @@
 """A scope's spend per day: the ledger where it has allocated, metered usage priced at the
-deployment's latest unit cost after that (see :mod:`app.domain.budgets`)."""
+deployment's latest unit cost after that (see :mod:`app.budgets.rules.budget`)."""
 
 from collections import defaultdict
 from dataclasses import dataclass
@@ -8,11 +8,11 @@ from datetime import date, datetime, timedelta
 from sqlalchemy import ColumnElement, Select, and_, func, or_, select
 from sqlalchemy.orm import Session
 
+from app.budgets.rules.budget import BudgetScope, ScopeKind, UnitPrice
 from app.db import utc_hour, utc_instant
-from app.domain.budgets import BudgetScope, ScopeKind, UnitPrice
 from app.domain.ledger import EntryKind
-from app.ledger.repository import current_run_ids
 from app.models import AllocationRun, LedgerEntry, LedgerRollup, UsageRecord
+from app.storage.run_repository import current_run_ids
 
 PRICE_WINDOW = timedelta(days=1)
 """The unit cost used for metered usage comes from the ledger's last allocated day."""

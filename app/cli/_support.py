@@ -21,8 +21,8 @@ from app.domain.periods import InvalidMonth, Month
 if TYPE_CHECKING:
     from sqlalchemy import Engine
 
-    from app.kit.dataset_store import DatasetStore
     from app.settings import Settings
+    from app.storage.dataset_store import DatasetStore
 
 err = Console(stderr=True)
 out = Console()
@@ -136,7 +136,7 @@ def progress_bar(enabled: bool) -> Iterator[ProgressHook | None]:
 
 def open_store(settings: Settings, uri: str | None = None) -> DatasetStore | None:
     """The Parquet store an option or SPECLEDGER_LEDGER_STORE names, or None."""
-    from app.kit.dataset_store import DatasetStore
+    from app.storage.dataset_store import DatasetStore
 
     return DatasetStore.named(
         uri or settings.ledger_store, s3_endpoint_url=settings.s3_endpoint_url

@@ -6,8 +6,8 @@ from typing import Annotated
 
 import typer
 
+from app.anomalies.granularity import Granularity
 from app.cli._support import open_engine, user_errors
-from app.domain.granularity import Granularity
 
 
 def anomalies(
@@ -20,7 +20,7 @@ def anomalies(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Cost anomalies per deployment and team, newest first, each with the drivers that
-    moved it, in money (seasonal medians with a MAD threshold; see app/domain/anomalies/).
+    moved it, in money (seasonal medians with a MAD threshold; see app/anomalies/rules/).
     Use `specledger alerts check` to alert on them."""
     from app.anomalies.router import anomaly_read
     from app.anomalies.service import find_anomalies

@@ -7,8 +7,8 @@ from typing import Annotated, Any
 
 import typer
 
+from app.budgets.rules.budget import BudgetScope, PeriodKind
 from app.cli._support import as_utc, open_engine, user_errors
-from app.domain.budgets import BudgetScope, PeriodKind
 from app.domain.money import decimal_to_micros
 
 budgets_app = typer.Typer(

@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from app.budgets.rules.budget import BudgetScope, ScopeKind
 from app.cli._support import err, open_engine, user_errors
-from app.domain.budgets import BudgetScope, ScopeKind
 from app.domain.ledger import Dimension
 from app.domain.periods import Month
 

@@ -19,9 +19,9 @@ from sqlalchemy.orm import Session
 from app.auth.service import ProxyKeyOptions, create_key
 from app.cli.demo_serving import bill, free_port, proxy, register_deployment
 from app.db import read_session, unit_of_work
+from app.domain.findings import Thresholds
 from app.domain.ledger import Dimension
 from app.domain.periods import Month
-from app.domain.waste import Thresholds
 from app.domain.windows import TimeWindow
 from app.engine_health.draft_memory import record_draft_memory
 from app.ledger.costs import unit_costs

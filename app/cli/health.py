@@ -32,7 +32,7 @@ _JSON = typer.Option("--json", help="Print JSON.")
 
 
 def _gpu_list(text: str | None, option: str) -> tuple[int, ...] | None:
-    from app.domain.numa import TopologyError, parse_cpulist
+    from app.engine_health.rules.numa import TopologyError, parse_cpulist
 
     if text is None:
         return None
@@ -76,10 +76,10 @@ def numa(
     where present) against a replica's placement: its draft and target GPUs on one NUMA node
     and the path between them (NVLink, PIX best ... SYS worst), and the CPU backend's thread
     binding on the GPUs' node. Exit status 1 when something crosses sockets."""
-    from app.domain.engine_memory import parse_startup_log
-    from app.domain.numa import Severity
     from app.engine_health.draft_memory import read_log
     from app.engine_health.numa import numa_check
+    from app.engine_health.rules.engine_memory import parse_startup_log
+    from app.engine_health.rules.numa import Severity
 
     with user_errors():
         bind = threads_bind
@@ -158,8 +158,8 @@ def record(
     cache. The newest measurement prices the draft's memory in the waste report."""
     from sqlalchemy.orm import Session
 
-    from app.domain.engine_memory import GIB
     from app.engine_health.draft_memory import record_draft_memory
+    from app.engine_health.rules.engine_memory import GIB
     from app.settings import get_settings
 
     with (
@@ -224,7 +224,7 @@ def findings(
     (its share of the deployment's GPU cost) where that memory would serve more as KV cache
     than speculation gains, or where the drafter is loaded and nothing was speculated."""
     from app.db import read_session
-    from app.domain.waste import FindingKind, Thresholds
+    from app.domain.findings import FindingKind, Thresholds
     from app.domain.windows import parse_window
     from app.settings import get_settings
     from app.waste.service import find_waste

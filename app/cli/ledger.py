@@ -351,7 +351,7 @@ def ledger_store_usage(
     from sqlalchemy.orm import Session
 
     from app.settings import get_settings
-    from app.usage.store import copy_from_database
+    from app.storage.usage_store import copy_from_database
 
     settings = get_settings()
     with (

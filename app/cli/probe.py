@@ -14,14 +14,14 @@ import typer
 
 from app.cli._support import open_engine, progress_bar, user_errors
 from app.domain.money import format_micros
-from app.domain.probe_defaults import (
+from app.probe.probe_set import BUNDLED_SHA256, ProbeSet, load_probe_set
+from app.probe.rules.defaults import (
     BASELINE_RUNS,
     DEFAULT_TEAM,
     DEFAULT_TIMEOUT_S,
     PROBE_H,
     PROBE_K,
 )
-from app.probe.probe_set import BUNDLED_SHA256, ProbeSet, load_probe_set
 from app.probe.schedule import (
     DEFAULT_ENV_FILE,
     DEFAULT_SECRET,
@@ -32,7 +32,7 @@ from app.probe.schedule import (
 )
 
 if TYPE_CHECKING:
-    from app.domain.waste import Finding
+    from app.domain.findings import Finding
     from app.models import ProbeRun
     from app.probe import service
 

@@ -267,16 +267,16 @@ def schedule(
     lines of `scontrol update PartitionName=... Nodes=...`, or slurm.conf power-saving
     settings, or JSON."""
     from app.db import read_session
-    from app.domain.partition_schedule import (
+    from app.settings import get_settings
+    from app.slurm.partition import fitted_tpot, hourly_load, node_hour_price
+    from app.slurm.rules.partition_schedule import (
         PartitionPlanInput,
         partition_plan_as_dict,
         plan_partition,
         power_saving_conf,
         scontrol_schedule,
     )
-    from app.domain.slurm import expand_hostlist
-    from app.settings import get_settings
-    from app.slurm.partition import fitted_tpot, hourly_load, node_hour_price
+    from app.slurm.rules.sacct import expand_hostlist
 
     if output not in {"scontrol", "power-saving", "json"}:
         raise typer.BadParameter("--output must be scontrol, power-saving or json")

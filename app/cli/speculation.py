@@ -28,7 +28,7 @@ def positions(
     acceptance histograms (the proxy keeps them with --per-request-spec-decode-metrics),
     the positions that pay and the num_speculative_tokens to set. A position's cost comes
     from the deployment's stored breakeven fit at its mean concurrency, or else from a
-    floor of 0.25 tokens per step (see app/domain/acceptance_positions.py)."""
+    floor of 0.25 tokens per step (see app/speculation/rules/positions.py)."""
     from app.db import read_session
     from app.settings import get_settings
     from app.speculation.positions import positions_report

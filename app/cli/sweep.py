@@ -34,8 +34,8 @@ def _levels(text: str) -> list[int]:
 
 def row_of(target: "SweepTarget", stats: "LevelStats") -> "SweepRow":
     """A sweep CSV row from one measured level."""
+    from app.breakeven.rules.sweep import SweepPoint
     from app.breakeven.sweep_file import SweepRow
-    from app.domain.breakeven.sweep import SweepPoint
 
     speculative = target.method != "none"
     point = SweepPoint(

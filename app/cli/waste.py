@@ -51,7 +51,7 @@ def waste(
     the estimated cost over a month and the action to take. Exit status 0 with or without
     findings."""
     from app.db import read_session
-    from app.domain.waste import Thresholds
+    from app.domain.findings import Thresholds
     from app.domain.windows import InvalidWindow, parse_window
     from app.settings import get_settings
     from app.usage.teams import check_team

@@ -64,7 +64,7 @@ class UsageEvent:
     accepted_hist: tuple[int, ...] | None = None
     """vLLM's ``acceptance_histogram`` of the request: ``k + 1`` counts, entry ``j`` the
     verification steps that accepted exactly ``j`` drafted tokens (see
-    :mod:`app.domain.acceptance_positions`); None when the server did not report one."""
+    :mod:`app.speculation.rules.positions`); None when the server did not report one."""
     gpu_ns: int = 0
     """GPU-nanoseconds allocated by the replica's meter."""
     concurrency: int = 1

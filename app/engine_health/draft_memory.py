@@ -10,8 +10,10 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from app.breakeven.rules.curve import BreakevenCurve
 from app.deployments.service import get_deployment
-from app.domain.engine_memory import (
+from app.domain.findings import AcceptanceGroup, Finding
+from app.engine_health.rules.engine_memory import (
     GIB,
     MODEL_FREE_METHODS,
     DraftMemory,
@@ -22,7 +24,6 @@ from app.domain.engine_memory import (
     draft_memory_finding,
     parse_startup_log,
 )
-from app.domain.waste import AcceptanceGroup, BreakevenCurve, Finding
 from app.models import Deployment, EngineMemory, SweepPointRecord
 
 
@@ -172,7 +173,7 @@ def draft_memory_findings(
     window_seconds: float,
 ) -> list[Finding]:
     """``draft_memory`` findings for the deployments with a measurement and GPU cost in the
-    window (see :mod:`app.domain.engine_memory` for the rule).
+    window (see :mod:`app.engine_health.rules.engine_memory` for the rule).
 
     Args:
         session: The registry and the measurements.

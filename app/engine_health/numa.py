@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from app.domain.numa import (
+from app.engine_health.rules.numa import (
     HostTopology,
     LscpuCpu,
     NumaFinding,

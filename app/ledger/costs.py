@@ -18,9 +18,9 @@ from app.domain.errors import Invalid
 from app.domain.ledger import TAG_PREFIX, CostLabel, Dimension, EntryKind
 from app.domain.money import format_micros
 from app.domain.periods import Month
-from app.ledger.entry_reader import EntryReader, entry_reader
-from app.ledger.repository import current_run_id
 from app.models import LedgerEntry, UsageRecord
+from app.storage.entry_reader import EntryReader, entry_reader
+from app.storage.run_repository import current_run_id
 
 
 @dataclass

@@ -46,9 +46,9 @@ from app.domain.focus import (
 from app.domain.ledger import AllocationMethod, EntryKind
 from app.domain.money import micros_to_decimal
 from app.domain.periods import Month
-from app.ledger.entry_reader import EntryReader, entry_reader
-from app.ledger.repository import current_run_id
 from app.models import BillingRow, LedgerEntry, LedgerPoolRow, LedgerRollup
+from app.storage.entry_reader import EntryReader, entry_reader
+from app.storage.run_repository import current_run_id
 
 MONEY = pa.decimal128(38, 6)
 FOCUS_OF_DB = {db: focus for focus, db in TYPED_COLUMNS.items()}

@@ -12,8 +12,8 @@ from app.domain.ledger import CostLabel, EntryKind
 from app.domain.money import format_micros
 from app.domain.periods import Month
 from app.ledger.deliveries import DuplicatedCharges, duplicated_charges
-from app.ledger.repository import current_run_id
 from app.models import BillingDelivery, BillingRow, LedgerPoolRow, LedgerRollup
+from app.storage.run_repository import current_run_id
 
 
 class Status(StrEnum):

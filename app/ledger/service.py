@@ -9,9 +9,9 @@ from sqlalchemy.orm import Session
 from app.allocation.restatement import billing_fingerprint
 from app.domain.errors import Conflict, MonthClosed, NotFound
 from app.domain.periods import Month
-from app.kit.dataset_store import DatasetStore
-from app.ledger.repository import allocated_months, current_run_id, store_entries_prefix
 from app.models import AllocationRun, LedgerClosure
+from app.storage.dataset_store import DatasetStore
+from app.storage.run_repository import allocated_months, current_run_id, store_entries_prefix
 
 
 class MonthNotAllocated(Conflict):

@@ -12,7 +12,7 @@ from app.models.billing import JsonType
 
 class EngineMemory(Base):
     """One measurement: a start-up without the drafter against one with it
-    (:func:`app.domain.engine_memory.draft_memory`)."""
+    (:func:`app.engine_health.rules.engine_memory.draft_memory`)."""
 
     __tablename__ = "engine_memory"
 

@@ -16,8 +16,8 @@ from typing import Any
 
 import httpx
 
-from app.domain.probe import ProbeResponse
 from app.probe.probe_set import ProbePrompt
+from app.probe.rules.drift import ProbeResponse
 
 ProgressHook = Callable[[str, int, int], None]
 """``hook(description, done, total)``."""

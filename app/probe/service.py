@@ -6,9 +6,9 @@ The probe's requests go through the proxy with a proxy key of the probe team (de
 any traffic, under that team, never hidden. A key of another team, or one the proxy could
 route to other deployments, is refused.
 
-Drift: :func:`app.domain.probe.detect_probe_drop` (Page's CUSUM, downward) per series of runs
+Drift: :func:`app.probe.rules.drift.detect_probe_drop` (Page's CUSUM, downward) per series of runs
 (one deployment, model, probe set and concurrency; the baseline is its first
-:data:`~app.domain.probe.BASELINE_RUNS` runs). A drift is dated at the first run of the
+:data:`~app.probe.rules.drift.BASELINE_RUNS` runs). A drift is dated at the first run of the
 lower acceptance and costed as production acceptance drift is: the deployment's spend since
 the change times the share of GPU work the lost acceptance added (verified tokens per
 output token, measured by the probe before and after). It becomes an alert (kind
@@ -27,26 +27,26 @@ from sqlalchemy import Connection, select
 from sqlalchemy.orm import Session
 
 from app.alerts import Alert, AlertKind, Severity
+from app.anomalies.rules.acceptance_drift import AcceptanceBucket
 from app.auth.service import hash_key, proxy_grants
+from app.budgets.rules.budget import BudgetScope, ScopeKind
 from app.budgets.spend import spend
 from app.db import for_reading
-from app.domain.acceptance_drift import AcceptanceBucket
-from app.domain.budgets import BudgetScope, ScopeKind
 from app.domain.errors import Invalid, Unavailable
+from app.domain.findings import Finding, FindingKind, Scope, monthly
 from app.domain.money import format_micros
-from app.domain.probe import (
+from app.models import ProbeRun
+from app.probe.client import ProgressHook, send_all, served_model
+from app.probe.probe_set import ProbeSet, load_probe_set
+from app.probe.rules.defaults import DEFAULT_TEAM as DEFAULT_TEAM
+from app.probe.rules.defaults import DEFAULT_TIMEOUT_S as DEFAULT_TIMEOUT_S
+from app.probe.rules.drift import (
     BASELINE_RUNS,
     acceptance_per_position,
     detect_probe_drop,
     extra_work_share,
     summarize,
 )
-from app.domain.probe_defaults import DEFAULT_TEAM as DEFAULT_TEAM
-from app.domain.probe_defaults import DEFAULT_TIMEOUT_S as DEFAULT_TIMEOUT_S
-from app.domain.waste import Finding, FindingKind, Scope, monthly
-from app.models import ProbeRun
-from app.probe.client import ProgressHook, send_all, served_model
-from app.probe.probe_set import ProbeSet, load_probe_set
 
 
 class ProbeKeyRefused(Invalid):
@@ -236,7 +236,7 @@ class ProbeSeries:
     concurrency: int
     runs: int
     baseline_runs: int
-    """Runs in the baseline so far (at most :data:`~app.domain.probe.BASELINE_RUNS`)."""
+    """Runs in the baseline so far (at most :data:`~app.probe.rules.drift.BASELINE_RUNS`)."""
     baseline_rate: float | None
     """Token-weighted acceptance of the baseline runs so far."""
     latest_rate: float | None

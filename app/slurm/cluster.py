@@ -8,10 +8,11 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.deployments.service import add_deployment, add_replica, get_deployment
-from app.domain.cluster_cost import ClusterCostModel
 from app.domain.errors import Invalid, NotFound
-from app.domain.slurm_usage import cluster_deployment, job_key
+from app.domain.slurm_jobs import job_key
 from app.models import Deployment, Replica, SlurmJob
+from app.slurm.rules.cluster_cost import ClusterCostModel
+from app.slurm.rules.usage import cluster_deployment
 
 ENTERPRISE_TIER = "enterprise"
 

@@ -4,7 +4,7 @@ Each read covers a window. Without one, it resumes where the last read of the cl
 or earlier when a job seen then was still running, so a running job is read again until it
 has ended. Jobs are stored per (cluster, job, step, start): a requeued job counts once per
 run, and reading a window twice changes nothing. A finished job's allocation line becomes
-usage records (app.domain.slurm_usage); steps are kept for detail and never charged.
+usage records (app.slurm.rules.usage); steps are kept for detail and never charged.
 """
 
 import os
@@ -20,9 +20,9 @@ from sqlalchemy.orm import Session
 
 from app.domain.errors import Invalid, Unavailable
 from app.domain.periods import Month
-from app.domain.slurm import SacctError, SacctRecord, parse_sacct, sacct_arguments
-from app.domain.slurm_usage import cluster_deployment, is_metered, usage_events
 from app.models import Deployment, Replica, SlurmIngest, SlurmJob
+from app.slurm.rules.sacct import SacctError, SacctRecord, parse_sacct, sacct_arguments
+from app.slurm.rules.usage import cluster_deployment, is_metered, usage_events
 from app.usage.repository import insert_usage
 
 SACCT_TIMEOUT_S = 300

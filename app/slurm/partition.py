@@ -1,4 +1,4 @@
-"""Inputs of the dynamic partition schedule (:mod:`app.domain.partition_schedule`), read from
+"""Inputs of the dynamic partition schedule (:mod:`app.slurm.rules.partition_schedule`), read from
 the ledger: a deployment's load by hour of the week, its node-hour price, and its fitted TPOT.
 
 * :func:`hourly_load`: the time-weighted p90 of concurrent sessions (sessions with a request
@@ -28,20 +28,20 @@ from datetime import UTC, datetime, timedelta
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from app.breakeven.rules.model import SpeculationModel, StepTimeModel, is_model_free
 from app.breakeven.schemas import StoredFit
 from app.breakeven.service import BreakevenError, list_sweeps, read_stored_fit
 from app.breakeven.tier_catalog import load_tier_catalog
 from app.breakeven.tiers import sweep_workload
-from app.domain.breakeven.model import SpeculationModel, StepTimeModel, is_model_free
 from app.domain.errors import InvalidInput, NotFound
 from app.domain.ledger import EntryKind
-from app.domain.partition_schedule import LoadProfile, load_profile, tpot_model
 from app.domain.periods import Month
 from app.kit.epoch import to_us
 from app.kit.measures import sum_gpu_ns
-from app.ledger.entry_reader import window_readers
-from app.ledger.repository import current_run_ids
 from app.models import LedgerRollup, UsageRecord
+from app.slurm.rules.partition_schedule import LoadProfile, load_profile, tpot_model
+from app.storage.entry_reader import window_readers
+from app.storage.run_repository import current_run_ids
 
 __all__ = [
     "FittedTpot",
@@ -132,7 +132,7 @@ def load_profile_of(
 
     Returns:
         Per hour of the week (0 = Monday 00:00 UTC): the quantile and the mean of concurrent
-        sessions (see :func:`app.domain.partition_schedule.load_profile`).
+        sessions (see :func:`app.slurm.rules.partition_schedule.load_profile`).
     """
     start, end = _window(now, weeks)
     return load_profile(

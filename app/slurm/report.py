@@ -16,9 +16,9 @@ from sqlalchemy.orm import Session
 
 from app.allocation.query import AllocationQuery, CostMetric, query_allocation
 from app.domain.ledger import TAG_PREFIX, CostLabel, Dimension
-from app.domain.slurm_usage import DEPLOYMENT_PREFIX, TAG_PARTITION
 from app.domain.windows import TimeWindow
 from app.models import SlurmJob
+from app.slurm.rules.usage import DEPLOYMENT_PREFIX, TAG_PARTITION
 
 METERED_REQUESTS = "(metered requests)"
 _PARTITION = f"{TAG_PREFIX}{TAG_PARTITION}"

@@ -2,12 +2,12 @@
 
 The usage records' acceptance histograms (``usage_records.accepted_hist``, vLLM's
 per-request ``acceptance_histogram``) are summed per deployment and draft length, and turned
-into per-position counts and the positions that pay (:mod:`app.domain.acceptance_positions`).
+into per-position counts and the positions that pay (:mod:`app.speculation.rules.positions`).
 JSON arrays are read differently by SQLite, PostgreSQL and DuckDB, so the histograms are not
 summed in SQL: the records are streamed in Arrow batches and summed with numpy, per
 deployment and histogram length, so memory holds one batch and a few sums whatever the
 window's size. Each part of the window is read where its ledger is kept (the database, or a
-month's Parquet store: :func:`app.ledger.entry_reader.window_readers`), as waste findings are.
+month's Parquet store: :func:`app.storage.entry_reader.window_readers`), as waste findings are.
 
 A position's cost comes from the deployment's newest stored breakeven fit when the fit
 measured the method the deployment runs (its step-time model and drafter cost at the
@@ -24,8 +24,12 @@ import pyarrow.compute as pc
 from sqlalchemy import ColumnElement, func, select
 from sqlalchemy.orm import Session
 
+from app.breakeven.rules.model import StepTimeModel
 from app.breakeven.service import BreakevenError, list_sweeps, read_stored_fit
-from app.domain.acceptance_positions import (
+from app.domain.findings import Finding
+from app.domain.windows import TimeWindow
+from app.models import LedgerEntry, UsageRecord
+from app.speculation.rules.positions import (
     MAX_HISTOGRAM,
     PositionAdvice,
     PositionCounts,
@@ -33,12 +37,8 @@ from app.domain.acceptance_positions import (
     modelled_step_s,
     unpaid_positions_finding,
 )
-from app.domain.breakeven.model import StepTimeModel
-from app.domain.waste import Finding
-from app.domain.windows import TimeWindow
-from app.ledger.entry_reader import EntryReader, WindowPart, places, window_readers
-from app.ledger.repository import current_run_ids
-from app.models import LedgerEntry, UsageRecord
+from app.storage.entry_reader import EntryReader, WindowPart, places, window_readers
+from app.storage.run_repository import current_run_ids
 
 __all__ = [
     "DeploymentPositions",
@@ -303,7 +303,7 @@ def unpaid_position_findings(
     window_seconds: float,
 ) -> list[Finding]:
     """Waste findings for deployments drafting positions that do not pay
-    (:func:`app.domain.acceptance_positions.unpaid_positions_finding`), priced per place as
+    (:func:`app.speculation.rules.positions.unpaid_positions_finding`), priced per place as
     the other waste findings are. A deployment also flagged for low acceptance should keep
     only that finding: its cost holds every rejected draft token, these included."""
     found = gather(parts, team=team)

@@ -1,8 +1,8 @@
 """Wire schemas of speculation health."""
 
-from app.domain.acceptance_positions import CostBasis
 from app.kit.schemas import Schema, WindowRead
 from app.speculation.positions import DeploymentPositions, PositionsReport
+from app.speculation.rules.positions import CostBasis
 
 
 class PositionRead(Schema):

@@ -2,7 +2,7 @@
 
 :data:`USAGE_COLUMNS` names the columns of ``usage_records`` (without ``id``) with the Arrow
 type each holds: instants as UTC microseconds, ``tags`` as its JSON text (keys sorted,
-compact, ASCII, the text :func:`app.usage.store.tags_json` gives), ``accepted_hist`` as a
+compact, ASCII, the text :func:`app.storage.usage_store.tags_json` gives), ``accepted_hist`` as a
 list. :func:`events_columns` builds them from domain events (the per-record path);
 :mod:`ingest.usage_checks` builds them straight from a JSONL file's columns.
 """

@@ -16,9 +16,9 @@ from sqlalchemy.orm import Session
 from app.domain.sessions import union_length
 from app.domain.usage import UsageEvent
 from app.domain.windows import TimeWindow
-from app.ledger.entry_reader import EntryReader, WindowPart, places, window_readers
-from app.ledger.repository import current_run_ids
 from app.models import LedgerEntry, UsageRecord
+from app.storage.entry_reader import EntryReader, WindowPart, places, window_readers
+from app.storage.run_repository import current_run_ids
 from app.usage.repository import insert_usage
 
 

@@ -6,7 +6,7 @@ from fastapi import APIRouter, Query
 
 from app.auth.deps import PrincipalDep, team_scope
 from app.deps import NowDep, SessionDep, SettingsDep
-from app.domain.waste import Thresholds
+from app.domain.findings import Thresholds
 from app.errors import RESPONSES_READ
 from app.kit.http_params import WindowDep
 from app.usage.team_query import TeamQuery

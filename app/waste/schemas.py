@@ -1,6 +1,6 @@
 """Wire schemas of waste findings."""
 
-from app.domain.waste import FindingKind, Scope, Thresholds, monthly_total
+from app.domain.findings import FindingKind, Scope, Thresholds, monthly_total
 from app.domain.windows import TimeWindow
 from app.kit.schemas import Amount, Schema, WindowRead, money
 from app.waste.service import WasteReport

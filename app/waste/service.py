@@ -1,5 +1,5 @@
 """Waste findings over a window: gather the exposures where the ledger keeps them (the
-database, or a month's Parquet store), judge them with :mod:`app.domain.waste`.
+database, or a month's Parquet store), judge them with :mod:`app.domain.findings`.
 
 A team's view is built from its own requests only (its deployments, its team, its sessions;
 speculation above breakeven in its traffic). Idle GPU time belongs to no team, so idle
@@ -15,26 +15,23 @@ from typing import Any
 from sqlalchemy import ColumnElement, func, select
 from sqlalchemy.orm import Session
 
+from app.breakeven.rules.curve import BreakevenCurve
 from app.breakeven.service import breakeven_curves
+from app.domain.findings import AcceptanceGroup, Finding, Scope, Thresholds
 from app.domain.ledger import CostLabel, EntryKind
-from app.domain.waste import (
-    AcceptanceGroup,
-    BreakevenCurve,
+from app.domain.windows import TimeWindow
+from app.engine_health.draft_memory import draft_memory_findings
+from app.models import Deployment, LedgerEntry, LedgerRollup, Replica, UsageRecord
+from app.speculation.positions import unpaid_position_findings
+from app.storage.entry_reader import EntryReader, WindowPart, places, window_readers
+from app.storage.run_repository import current_run_ids
+from app.waste.rules import (
     BreakevenExposure,
-    Finding,
     IdleExposure,
-    Scope,
-    Thresholds,
     above_breakeven_finding,
     idle_findings,
     low_acceptance_findings,
 )
-from app.domain.windows import TimeWindow
-from app.engine_health.draft_memory import draft_memory_findings
-from app.ledger.entry_reader import EntryReader, WindowPart, places, window_readers
-from app.ledger.repository import current_run_ids
-from app.models import Deployment, LedgerEntry, LedgerRollup, Replica, UsageRecord
-from app.speculation.positions import unpaid_position_findings
 
 
 @dataclass(slots=True)

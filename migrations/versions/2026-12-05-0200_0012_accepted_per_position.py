@@ -4,7 +4,7 @@
 ``metrics.speculative_decoding`` with ``--per-request-spec-decode-metrics``): a list of
 ``k + 1`` counts, entry ``j`` the verification steps that accepted exactly ``j`` drafted
 tokens. Summed per deployment it gives the acceptance of each draft position
-(``app.domain.acceptance_positions``). NULL for records without it (no speculation, an
+(``app.speculation.rules.positions``). NULL for records without it (no speculation, an
 older server, ``n > 1``, records written before this revision).
 
 Revision ID: 0012_accepted_per_position

@@ -12,9 +12,9 @@ from typing import Any
 from pydantic import ValidationError
 from sqlalchemy.orm import Session
 
+from app.breakeven.rules.model import ScheduleBand
 from app.breakeven.service import BreakevenError, fitted_schedule
 from app.deployments.service import get_deployment
-from app.domain.breakeven.model import ScheduleBand
 from serving.engine.config import (
     BatchSizeBand,
     EngineConfig,

@@ -11,7 +11,7 @@ Speculation (EAGLE, Lookahead, draft-target) is built into the TensorRT-LLM engi
 model repository, so nothing here switches it on; the config names it for the usage
 records. Triton's metrics carry no acceptance (the ``nv_trt_llm_*`` gauges have none), so
 records carry tokens and timings only (:attr:`SpecSource.unavailable`); the metrics are
-parsed by :mod:`app.domain.triton_metrics`.
+parsed by :mod:`serving.engines.triton_metrics`.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ Flags and YAML keys follow NVIDIA/TensorRT-LLM's documentation (checked December
   ``LookaheadDecodingConfig(max_window_size, max_ngram_size, max_verification_set_size)``.
 
 Responses carry OpenAI ``usage`` but no speculative figures, so acceptance comes from the
-iteration stats (:mod:`app.domain.iteration_stats`).
+iteration stats (:mod:`serving.engines.trtllm_iteration_stats`).
 """
 
 from __future__ import annotations

@@ -46,7 +46,7 @@ from starlette.types import Receive, Scope, Send
 from app.db import make_engine
 from app.domain.gpu_seconds import ReplicaMeter
 from app.domain.speculation_methods import EngineKind
-from app.kit.dataset_store import DatasetStore
+from app.storage.dataset_store import DatasetStore
 from serving.engines import SpecSource, adapter_for
 from serving.proxy.attribution import AttributionRefused
 from serving.proxy.budget_guard import BudgetGuard

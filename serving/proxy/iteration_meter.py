@@ -1,5 +1,5 @@
 """Speculative-decoding figures for requests on a TensorRT-LLM replica, from its iteration
-stats: the proxy's side of :mod:`app.domain.iteration_stats`.
+stats: the proxy's side of :mod:`serving.engines.trtllm_iteration_stats`.
 
 ``trtllm-serve`` reports drafted and accepted tokens per iteration, not per request, and
 its ``/metrics`` queue empties on each read. The meter keeps each request's interval on the
@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from app.domain.iteration_stats import (
+from serving.engines.trtllm_iteration_stats import (
     UNATTRIBUTED,
     IterationRecord,
     SpecShare,

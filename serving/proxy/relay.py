@@ -24,17 +24,17 @@ from starlette.responses import JSONResponse
 from starlette.types import Receive, Scope, Send
 
 from app.auth.service import KEY_MARK
+from app.budgets.rules.budget import BudgetScope, ScopeKind
 from app.budgets.service import OverLimit
-from app.domain.budgets import BudgetScope, ScopeKind
-from app.domain.iteration_stats import (
+from app.domain.money import format_micros
+from app.domain.usage import UsageStatus
+from serving.engines import adapter_for
+from serving.engines.triton_metrics import TritonMetrics, parse_triton
+from serving.engines.trtllm_iteration_stats import (
     IterationRecord,
     IterationStatsError,
     parse_iteration_stats,
 )
-from app.domain.money import format_micros
-from app.domain.triton_metrics import TritonMetrics, parse_triton
-from app.domain.usage import UsageStatus
-from serving.engines import adapter_for
 from serving.proxy.attribution import Attribution, AttributionRefused, attribute
 from serving.proxy.keyring import looks_like_key
 from serving.proxy.state import DOWN_FOR_NS, InFlight, ProxyState

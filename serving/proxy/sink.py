@@ -29,9 +29,9 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 
 from app.domain.usage import ReplicaIdleEvent, UsageEvent
-from app.kit.dataset_store import DatasetStore, StoreError
+from app.storage.dataset_store import DatasetStore, StoreError
+from app.storage.usage_store import HourlyUsageFiles
 from app.usage.repository import insert_idle, insert_usage
-from app.usage.store import HourlyUsageFiles
 from serving.proxy.spool import Backlog, MemoryBacklog, Spool, write_jsonl
 
 __all__ = ["SinkStats", "UsageSink", "write_jsonl"]

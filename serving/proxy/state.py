@@ -17,8 +17,8 @@ from typing import Protocol
 import httpx
 
 from app.domain.gpu_seconds import ReplicaMeter
-from app.domain.triton_metrics import TritonMetrics
 from app.domain.usage import MODEL_MAX, ReplicaIdleEvent, UsageEvent, UsageStatus
+from serving.engines.triton_metrics import TritonMetrics
 from serving.proxy.attribution import Attribution
 from serving.proxy.budget_guard import BudgetGuard
 from serving.proxy.config import ProxyConfig, ReplicaSpec

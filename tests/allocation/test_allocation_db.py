@@ -17,8 +17,8 @@ from app.domain.ledger import AllocationMethod, EntryKind, RunStatus
 from app.domain.periods import Month
 from app.ledger.focus_export import focus_allocation_table
 from app.ledger.reconcile import reconcile
-from app.ledger.repository import allocated_months, current_run_id
 from app.models import AllocationRun, BillingRow, LedgerEntry, LedgerPoolRow
+from app.storage.run_repository import allocated_months, current_run_id
 from ingest.service import IngestOptions, ingest_billing
 from tests.factories import at, insert_usage, usage_record
 from tests.ingest.helpers import focus_row, write_focus_csv

@@ -27,25 +27,25 @@ from app.allocation.query import AllocationQuery, IdlePolicy, query_allocation
 from app.allocation.service import run_allocation
 from app.allocation.windowing import Window
 from app.deployments.service import add_deployment, add_replica
+from app.domain.findings import Thresholds
 from app.domain.periods import Month
 from app.domain.usage import UsageEvent
-from app.domain.waste import Thresholds
 from app.domain.windows import Step, TimeWindow
-from app.kit.dataset_store import DatasetStore, StoreError
 from app.ledger.costs import unit_costs
 from app.ledger.focus_export import focus_allocation_table
 from app.ledger.reconcile import reconcile
-from app.ledger.repository import store_entries_prefix
 from app.ledger.service import close_month, verify_closed_month
 from app.models import LedgerEntry, LedgerRollup
-from app.usage.service import get_session, list_sessions
-from app.usage.store import (
+from app.storage.dataset_store import DatasetStore, StoreError
+from app.storage.run_repository import store_entries_prefix
+from app.storage.usage_store import (
     copy_from_database,
     event_ord,
     events_table,
     plan_usage,
     write_usage,
 )
+from app.usage.service import get_session, list_sessions
 from app.waste.service import find_waste
 from tests.allocation.scenarios import MONTH_START, TAG, months
 from tests.allocation.scenarios import Month as GeneratedMonth

@@ -15,9 +15,9 @@ from sqlalchemy.orm import Session
 
 from app.auth.service import create_key
 from app.breakeven import repository
+from app.breakeven.rules.sweep import SweepPoint
 from app.breakeven.service import fit_rows
 from app.breakeven.sweep_file import SweepRow
-from app.domain.breakeven.sweep import SweepPoint
 from app.main import create_app
 from app.settings import Settings
 from tests.ingest.helpers import focus_row, write_focus_csv

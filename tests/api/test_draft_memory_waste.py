@@ -10,8 +10,8 @@ from sqlalchemy.orm import Session
 
 from app.domain.ledger import EntryKind
 from app.engine_health.draft_memory import record_draft_memory
-from app.ledger.repository import current_run_ids
 from app.models import LedgerEntry
+from app.storage.run_repository import current_run_ids
 from tests.api.conftest import Seeded
 from tests.conftest import FIXTURES
 

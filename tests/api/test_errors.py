@@ -204,8 +204,8 @@ def test_unfittable_sweep_is_invalid_input(client: TestClient, keys: Keys, engin
     from sqlalchemy.orm import Session
 
     from app.breakeven import repository
+    from app.breakeven.rules.sweep import SweepPoint
     from app.breakeven.sweep_file import SweepRow
-    from app.domain.breakeven.sweep import SweepPoint
 
     with Session(engine) as session, session.begin():
         sweep_id = repository.add_sweep(

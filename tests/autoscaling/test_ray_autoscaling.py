@@ -18,10 +18,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.domain.breakeven.model import ScheduleBand
-from app.domain.errors import InvalidInput
-from app.domain.partition_schedule import HOURS_PER_WEEK
-from app.domain.ray_autoscaling import (
+from app.autoscaling.rules import (
     RayAdviceInput,
     advise_ray,
     default_tpot_target,
@@ -29,6 +26,9 @@ from app.domain.ray_autoscaling import (
     serve_config,
     speculation_bands,
 )
+from app.breakeven.rules.model import ScheduleBand
+from app.domain.errors import InvalidInput
+from app.slurm.rules.partition_schedule import HOURS_PER_WEEK
 from tests.domain.test_partition_schedule import linear_tpot, week_curve
 
 TARGET_S = 0.0505

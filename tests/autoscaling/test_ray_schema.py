@@ -21,7 +21,7 @@ with warnings.catch_warnings():
     from ray.serve.schema import ServeDeploySchema
 
 from app.autoscaling.render import advice_yaml, serve_config_yaml
-from app.domain.ray_autoscaling import advise_ray, serve_config
+from app.autoscaling.rules import advise_ray, serve_config
 from tests.autoscaling.test_ray_autoscaling import advice_input
 from tests.domain.test_partition_schedule import linear_tpot, week_curve
 

@@ -11,11 +11,11 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 from typer.testing import CliRunner
 
+from app.autoscaling.rules import RayAdviceInput, advise_ray, default_tpot_target
 from app.autoscaling.service import RayAdviceRequest, ray_advice
 from app.cli import app
 from app.domain.errors import InvalidInput
 from app.domain.ledger import EntryKind
-from app.domain.ray_autoscaling import RayAdviceInput, advise_ray, default_tpot_target
 from app.slurm.partition import NoFittedSweep, fitted_tpot, hourly_load
 from tests.breakeven.test_partition_load import NOW, WEEK, _rollup, _run, _store_sweep, _usage
 from tests.factories import insert_usage, usage_record

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from app.domain.breakeven.model import (
+from app.breakeven.rules.model import (
     SpeculationModel,
     StepTimeModel,
     baseline_tokens_per_s,

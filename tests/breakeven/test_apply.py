@@ -108,7 +108,7 @@ def test_apply_from_a_fit_file_turns_on_ngram_for_a_plain_engine(
 def test_a_schedule_that_never_speculates_turns_speculation_off(
     cli_env: str, tmp_path: Path
 ) -> None:
-    from app.domain.breakeven.model import SpeculationModel
+    from app.breakeven.rules.model import SpeculationModel
 
     never = SpeculationModel(k=4, mean_acceptance_length=1.05, drafter_overhead_s=0.01)
     engines = tmp_path / "engines"
@@ -174,7 +174,7 @@ def test_min_k_keeps_the_drafter_drafting_where_the_fit_says_k0(
 
 
 def test_raise_bands_merges_equal_neighbours() -> None:
-    from app.domain.breakeven.model import ScheduleBand, raise_bands
+    from app.breakeven.rules.model import ScheduleBand, raise_bands
 
     bands = [ScheduleBand(1, 8, 4), ScheduleBand(9, 20, 1), ScheduleBand(21, 256, 0)]
     assert [(b.start, b.end, b.k) for b in raise_bands(bands, 1)] == [(1, 8, 4), (9, 256, 1)]

@@ -8,8 +8,8 @@ import pytest
 from sqlalchemy import Engine, func, select
 from typer.testing import CliRunner
 
+from app.breakeven.rules.model import SpeculationModel
 from app.cli import app
-from app.domain.breakeven.model import SpeculationModel
 from app.models import Sweep, SweepPointRecord
 from tests.breakeven.helpers import HEADER, sweep_rows, true_breakeven, write_rows
 

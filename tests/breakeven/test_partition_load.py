@@ -9,15 +9,9 @@ import pytest
 from sqlalchemy.orm import Session
 
 from app.breakeven import service
+from app.breakeven.rules.model import speculative_tokens_per_s
 from app.breakeven.sweep_file import read_sweep_file
-from app.domain.breakeven.model import speculative_tokens_per_s
 from app.domain.ledger import AllocationMethod, EntryKind, RunStatus
-from app.domain.partition_schedule import (
-    PartitionPlanInput,
-    plan_partition,
-    scontrol_schedule,
-    tpot_model,
-)
 from app.domain.periods import Month
 from app.models import AllocationRun, LedgerRollup
 from app.slurm.partition import (
@@ -27,6 +21,12 @@ from app.slurm.partition import (
     hourly_load,
     load_profile_of,
     node_hour_price,
+)
+from app.slurm.rules.partition_schedule import (
+    PartitionPlanInput,
+    plan_partition,
+    scontrol_schedule,
+    tpot_model,
 )
 from tests.breakeven.helpers import CPU_STEP, HEADER, NGRAM, sweep_rows, write_rows
 from tests.factories import insert_usage, usage_record

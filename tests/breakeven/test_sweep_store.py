@@ -8,11 +8,11 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
 from app.breakeven import repository, service
+from app.breakeven.rules.model import baseline_tokens_per_s, speculative_tokens_per_s
 from app.breakeven.sweep_file import SweepFileError, SweepRow, read_sweep_file, write_sweep_file
 from app.breakeven.tier_catalog import TierCatalogError
 from app.breakeven.tiers import TierError, TierQueryError
 from app.cli.sweep import row_of
-from app.domain.breakeven.model import baseline_tokens_per_s, speculative_tokens_per_s
 from app.domain.errors import Invalid, NotFound
 from serving.engine.config import BatchSizeBand, EngineConfig, NgramSpeculation
 from serving.load.loadgen import LevelStats

@@ -12,7 +12,7 @@ from app.alerts import add_webhook
 from app.allocation.service import run_allocation
 from app.allocation.windowing import Window
 from app.anomalies.service import Granularity, find_anomalies, raise_alerts
-from app.domain.budgets import BudgetScope
+from app.budgets.rules.budget import BudgetScope
 from app.domain.periods import Month
 from ingest.service import IngestOptions, ingest_billing
 from tests.budgets.helpers import register

@@ -12,8 +12,8 @@ from sqlalchemy.orm import Session
 from app.alerts import add_webhook
 from app.auth.service import create_key
 from app.budgets import service
+from app.budgets.rules.budget import BudgetScope
 from app.budgets.spend import spend
-from app.domain.budgets import BudgetScope
 from app.models import AlertDelivery, Budget
 from tests.budgets.helpers import OCTOBER, allocate, bill, hour, register, use
 
@@ -141,7 +141,7 @@ def test_a_team_sees_only_its_own_budgets(october):
     ],
 )
 def test_bad_budgets_are_refused_and_change_nothing(session, changes, message):
-    from app.domain.budgets import PeriodKind
+    from app.budgets.rules.budget import PeriodKind
 
     fields = {"name": "b", "scope": BudgetScope.parse("team=t"), "amount_micros": D,
               "currency": "USD"} | changes  # fmt: skip

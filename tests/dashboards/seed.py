@@ -18,9 +18,9 @@ from sqlalchemy.orm import Session
 from app.allocation.service import run_allocation
 from app.allocation.windowing import Window
 from app.budgets import service as budgets
+from app.budgets.rules.budget import BudgetScope, ScopeKind
 from app.db import unit_of_work
 from app.deployments.service import add_deployment, add_replica
-from app.domain.budgets import BudgetScope, ScopeKind
 from app.domain.periods import Month
 from app.models import Sweep, SweepPointRecord
 from ingest.service import IngestOptions, ingest_billing

@@ -7,8 +7,8 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine
 
-from app.domain.breakeven.report import breakeven_fit_as_dict, fit_breakeven
-from app.domain.breakeven.sweep import SweepPoint
+from app.breakeven.rules.report import breakeven_fit_as_dict, fit_breakeven
+from app.breakeven.rules.sweep import SweepPoint
 from dashboards.pages import PAGES
 from dashboards.router import KEY_COOKIE
 from tests.dashboards.conftest import Keys, dashboards_app

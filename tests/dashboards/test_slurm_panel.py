@@ -26,13 +26,13 @@ from sqlalchemy import Engine, func, select
 from app.allocation.service import run_allocation
 from app.allocation.windowing import Window
 from app.db import read_session, unit_of_work
-from app.domain.cluster_cost import cost_model_from_dict
 from app.domain.periods import Month
 from app.domain.windows import TimeWindow
 from app.models import BillingRow
 from app.slurm.cluster import register_cluster
 from app.slurm.ingest import ingest_sacct_text
 from app.slurm.report import slurm_usage
+from app.slurm.rules.cluster_cost import cost_model_from_dict
 from dashboards import data, figures
 from dashboards.figures import money_2dp
 from ingest.cluster_bill import write_derived_bill

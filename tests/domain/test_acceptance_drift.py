@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.domain.acceptance_drift import AcceptanceBucket, detect_drop
+from app.anomalies.rules.acceptance_drift import AcceptanceBucket, detect_drop
 from app.domain.errors import InvalidInput
 
 

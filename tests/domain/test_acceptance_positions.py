@@ -9,7 +9,10 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from app.domain.acceptance_positions import (
+from app.breakeven.rules.model import StepTimeModel
+from app.domain.errors import InvalidInput
+from app.domain.findings import MARGINAL_ACCEPTANCE_FLOOR, Finding, FindingKind, Scope
+from app.speculation.rules.positions import (
     MIN_STEPS,
     CostBasis,
     PositionCounts,
@@ -18,9 +21,6 @@ from app.domain.acceptance_positions import (
     sum_histograms,
     unpaid_positions_finding,
 )
-from app.domain.breakeven.model import StepTimeModel
-from app.domain.errors import InvalidInput
-from app.domain.waste import MARGINAL_ACCEPTANCE_FLOOR, Finding, FindingKind, Scope
 
 DAY = 86_400.0
 

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.domain.anomalies import (
+from app.anomalies.rules import (
     NOT_COVERED,
     BucketFacts,
     Direction,

@@ -9,7 +9,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from app.domain.breakeven.model import (
+from app.breakeven.rules.model import (
     ScheduleBand,
     SpeculationModel,
     StepTimeModel,
@@ -21,9 +21,9 @@ from app.domain.breakeven.model import (
     speculative_tokens_per_s,
     speedup,
 )
-from app.domain.breakeven.report import breakeven_fit_as_dict, fit_breakeven
-from app.domain.breakeven.speculation import expected_tokens_per_step, walltime_speedup
-from app.domain.breakeven.sweep import InvalidSweep, SweepPoint
+from app.breakeven.rules.report import breakeven_fit_as_dict, fit_breakeven
+from app.breakeven.rules.speculation import expected_tokens_per_step, walltime_speedup
+from app.breakeven.rules.sweep import InvalidSweep, SweepPoint
 from app.domain.errors import InvalidInput, NoBreakeven
 
 # reference/specdecode.md 3.6: Llama-3.1-8B on H100 (SpecDecode-Bench predictor), L = 0.

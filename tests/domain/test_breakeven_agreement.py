@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.domain.breakeven.local_crossing import LocalCrossing
-from app.domain.breakeven.report import disagreement
+from app.breakeven.rules.local_crossing import LocalCrossing
+from app.breakeven.rules.report import disagreement
 
 
 def _local(low: float, high: float, estimate: float) -> LocalCrossing:

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.domain.budgets import (
+from app.budgets.rules.budget import (
     BudgetScope,
     PeriodKind,
     ScopeKind,

@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from app.domain.breakeven.claims import (
+from app.breakeven.rules.claims import (
     FleetTerms,
     RangeVerdict,
     check_monthly_cost,
@@ -14,7 +14,7 @@ from app.domain.breakeven.claims import (
     range_verdict,
     usd,
 )
-from app.domain.breakeven.model import SpeculationModel, StepTimeModel, speedup
+from app.breakeven.rules.model import SpeculationModel, StepTimeModel, speedup
 from app.domain.errors import InvalidInput
 
 STEP = StepTimeModel(floor_s=0.01, per_token_s=4e-5)

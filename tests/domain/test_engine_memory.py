@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from app.domain.breakeven.speculation import alpha_from_acceptance_length
-from app.domain.engine_memory import (
+from app.breakeven.rules.speculation import alpha_from_acceptance_length
+from app.domain.findings import SECONDS_PER_MONTH, FindingKind, Scope
+from app.engine_health.rules.engine_memory import (
     GIB,
     DraftMemory,
     DraftMemoryExposure,
@@ -23,7 +24,6 @@ from app.domain.engine_memory import (
     parse_startup_log,
     speedup_estimate,
 )
-from app.domain.waste import SECONDS_PER_MONTH, FindingKind, Scope
 from tests.conftest import FIXTURES
 
 LOGS = FIXTURES / "vllm_logs"

@@ -11,14 +11,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 from scipy.stats import t as student_t
 
-from app.domain.errors import InvalidInput
-from app.domain.forecast import (
+from app.budgets.rules.forecast import (
     Basis,
     InvalidForecastInput,
     SpendForecast,
     budget_crossing,
     forecast_spend,
 )
+from app.domain.errors import InvalidInput
 from bench.forecast_backtest import generate, run_rate
 
 JUNE = date(2026, 6, 1)

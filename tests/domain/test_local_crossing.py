@@ -5,9 +5,9 @@ import math
 
 import pytest
 
-from app.domain.breakeven.local_crossing import next_levels
-from app.domain.breakeven.report import BreakevenFit, fit_breakeven
-from app.domain.breakeven.sweep import SweepPoint
+from app.breakeven.rules.local_crossing import next_levels
+from app.breakeven.rules.report import BreakevenFit, fit_breakeven
+from app.breakeven.rules.sweep import SweepPoint
 from tests.breakeven.helpers import sweep_rows, true_breakeven
 
 LEVELS = (1, 2, 4, 8, 16, 32, 64)

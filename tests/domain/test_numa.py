@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.domain.numa import (
+from app.engine_health.rules.numa import (
     BindMode,
     HostTopology,
     Link,

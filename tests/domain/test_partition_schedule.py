@@ -20,14 +20,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.domain.breakeven.model import (
+from app.breakeven.rules.model import (
     SpeculationModel,
     StepTimeModel,
     baseline_tokens_per_s,
     speculative_tokens_per_s,
 )
 from app.domain.errors import InvalidInput
-from app.domain.partition_schedule import (
+from app.domain.sessions import session_totals
+from app.slurm.rules.partition_schedule import (
     HOUR_US,
     HOURS_PER_WEEK,
     WEEK_US,
@@ -41,7 +42,6 @@ from app.domain.partition_schedule import (
     scontrol_schedule,
     tpot_model,
 )
-from app.domain.sessions import session_totals
 
 TARGET_S = 0.0505
 C_MAX = 30  # largest per-replica concurrency meeting the target

@@ -10,9 +10,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.domain.acceptance_drift import AcceptanceBucket
+from app.anomalies.rules.acceptance_drift import AcceptanceBucket
 from app.domain.errors import InvalidInput
-from app.domain.probe import (
+from app.probe.probe_set import BUNDLED_SHA256, InvalidProbeSet, load_probe_set
+from app.probe.rules.drift import (
     BASELINE_RUNS,
     ProbeResponse,
     acceptance_per_position,
@@ -20,7 +21,6 @@ from app.domain.probe import (
     extra_work_share,
     summarize,
 )
-from app.probe.probe_set import BUNDLED_SHA256, InvalidProbeSet, load_probe_set
 
 DRAFTED = 1500
 

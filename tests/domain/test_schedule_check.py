@@ -2,8 +2,8 @@
 
 import pytest
 
-from app.domain.breakeven.schedule_check import check_schedules, schedule_check_as_dict
-from app.domain.breakeven.sweep import SweepPoint
+from app.breakeven.rules.schedule_check import check_schedules, schedule_check_as_dict
+from app.breakeven.rules.sweep import SweepPoint
 
 
 def _point(config: str, level: int, rate: float) -> SweepPoint:

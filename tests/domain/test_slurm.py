@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.domain.slurm import (
+from app.slurm.rules.sacct import (
     SACCT_FIELDS,
     SacctError,
     allocation_lines,

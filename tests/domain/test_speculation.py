@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.domain.breakeven.speculation import (
+from app.breakeven.rules.speculation import (
     acceptance_breakeven,
     alpha_from_acceptance_length,
     arithmetic_operations_factor,

@@ -5,13 +5,13 @@ import math
 import numpy as np
 import pytest
 
-from app.domain.breakeven.model import (
+from app.breakeven.rules.model import (
     SpeculationModel,
     StepTimeModel,
     baseline_tokens_per_s,
     breakeven_concurrency,
 )
-from app.domain.breakeven.tier_costs import (
+from app.breakeven.rules.tier_costs import (
     SpeculationMode,
     TierCapacity,
     cost_breakeven_concurrency,

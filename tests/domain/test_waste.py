@@ -8,23 +8,24 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from app.breakeven.rules.curve import BreakevenCurve, speedup_at
 from app.domain.errors import InvalidInput
-from app.domain.waste import (
+from app.domain.findings import (
     SECONDS_PER_MONTH,
     AcceptanceGroup,
-    BreakevenCurve,
-    BreakevenExposure,
     FindingKind,
-    IdleExposure,
     Scope,
     Thresholds,
+    monthly,
+    monthly_total,
+)
+from app.waste.rules import (
+    BreakevenExposure,
+    IdleExposure,
     above_breakeven_finding,
     acceptance_interval,
     idle_findings,
     low_acceptance_findings,
-    monthly,
-    monthly_total,
-    speedup_at,
     suggested_k,
     wilson_interval,
 )

@@ -7,14 +7,15 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from app.breakeven.rules.curve import BreakevenCurve
 from app.deployments.service import UnknownDeployment, add_deployment
-from app.domain.engine_memory import GIB, StartupLogError
-from app.domain.waste import AcceptanceGroup, BreakevenCurve, FindingKind, Scope
+from app.domain.findings import AcceptanceGroup, FindingKind, Scope
 from app.engine_health.draft_memory import (
     draft_memory_findings,
     list_draft_memory,
     record_draft_memory,
 )
+from app.engine_health.rules.engine_memory import GIB, StartupLogError
 from app.models import EngineMemory
 from tests.conftest import FIXTURES
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from app.domain.engine_memory import draft_memory, parse_startup_log
+from app.engine_health.rules.engine_memory import draft_memory, parse_startup_log
 from serving.engine import launcher
 from serving.engine.config import DraftModelSpeculation, EngineConfig
 from serving.engine.model_prep import DEFAULT_CACHE_DIR, prepare_models

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from app.domain.numa import Severity, TopologyError, parse_cpulist
 from app.engine_health.numa import numa_check, read_sys_nodes, run_command
+from app.engine_health.rules.numa import Severity, TopologyError, parse_cpulist
 from tests.conftest import FIXTURES
 
 HOSTS = FIXTURES / "numa"

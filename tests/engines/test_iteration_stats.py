@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from app.domain.errors import InvalidInput
-from app.domain.iteration_stats import (
+from serving.engines.trtllm_iteration_stats import (
     UNATTRIBUTED,
     IterationRecord,
     IterationStatsError,

@@ -5,14 +5,14 @@ from dataclasses import replace
 
 import pytest
 
-from app.domain.engine_memory import (
+from app.domain.findings import FindingKind
+from app.engine_health.rules.engine_memory import (
     DraftMemoryExposure,
     SpeculationEvidence,
     draft_memory,
     draft_memory_finding,
     parse_startup_log,
 )
-from app.domain.waste import FindingKind
 from tests.conftest import FIXTURES
 
 LOGS = FIXTURES / "vllm_logs"

@@ -3,7 +3,7 @@ figures."""
 
 import pytest
 
-from app.domain.triton_metrics import TritonMetricsError, parse_prometheus, parse_triton
+from serving.engines.triton_metrics import TritonMetricsError, parse_prometheus, parse_triton
 from tests.conftest import FIXTURES
 
 PAGE = (FIXTURES / "engines" / "triton_metrics.txt").read_text(encoding="utf-8")

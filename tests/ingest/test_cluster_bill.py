@@ -17,7 +17,9 @@ from hypothesis import strategies as st
 from sqlalchemy import Engine, func, select
 from sqlalchemy.orm import Session
 
-from app.domain.cluster_cost import (
+from app.domain.money import parse_micros
+from app.models import BillingRow
+from app.slurm.rules.cluster_cost import (
     DERIVED_PROVIDER,
     FOCUS_COLUMNS,
     ClusterCostModel,
@@ -30,8 +32,6 @@ from app.domain.cluster_cost import (
     hourly_cost_micros,
     node_resource_id,
 )
-from app.domain.money import parse_micros
-from app.models import BillingRow
 from ingest.cluster_bill import load_cost_model, write_derived_bill
 from ingest.load import LoadAction
 from ingest.service import IngestOptions, ingest_billing

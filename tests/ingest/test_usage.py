@@ -193,8 +193,8 @@ def test_a_file_read_line_by_line_is_not_loaded_twice(engine, tmp_path: Path):
 
 
 def test_store_load_writes_parquet_only_when_every_file_is_good(engine, tmp_path: Path):
-    from app.kit.dataset_store import DatasetStore
-    from app.usage.store import events_table, usage_dataset
+    from app.storage.dataset_store import DatasetStore
+    from app.storage.usage_store import events_table, usage_dataset
 
     store = DatasetStore.at(str(tmp_path / "store"))
     events = _varied_events()

@@ -10,10 +10,10 @@ import pytest
 from sqlalchemy.orm import Session
 
 from app.alerts import AlertKind, add_webhook
-from app.domain.probe import BASELINE_RUNS
-from app.domain.waste import FindingKind, Scope
+from app.domain.findings import FindingKind, Scope
 from app.models import AlertDelivery, ProbeRun
 from app.probe import drift_alert, drift_finding, probe_drift, probe_drifts
+from app.probe.rules.drift import BASELINE_RUNS
 from app.settings import Settings
 from app.watch import check_everything
 from ingest.service import IngestOptions, ingest_billing

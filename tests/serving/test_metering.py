@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from app.budgets.rules.budget import BudgetScope
 from app.budgets.service import OverLimit
 from app.domain.attribution import KEY_TAG, UNATTRIBUTED, VIA_TAG, ProxyGrant, parse_tags
-from app.domain.budgets import BudgetScope
 from app.domain.usage import ReplicaIdleEvent, UsageEvent
 from app.usage.schemas import record_from_json
 from serving.proxy.attribution import Attribution, AttributionRefused, attribute

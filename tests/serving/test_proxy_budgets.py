@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 from app.allocation.service import run_allocation
 from app.allocation.windowing import Window
 from app.budgets import service
-from app.domain.budgets import BudgetScope, PeriodKind
+from app.budgets.rules.budget import BudgetScope, PeriodKind
 from app.domain.periods import Month
 from serving.proxy.app import ProxyConfig, ReplicaSpec, create_proxy_app
 from tests.budgets.helpers import HOUR_NS, register

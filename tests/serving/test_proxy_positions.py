@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from app.domain.acceptance_positions import PositionCounts
 from app.domain.usage import UsageEvent
+from app.speculation.rules.positions import PositionCounts
 from app.usage.schemas import record_from_json
 from ingest.usage import load_usage
 from serving.proxy.wire import SseSplitter, StreamTally, parse_event, parse_response

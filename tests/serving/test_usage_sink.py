@@ -181,8 +181,8 @@ def test_sink_needs_somewhere_to_write():
 
 
 def test_sink_writes_hourly_parquet_files_to_a_store(engine: Engine, tmp_path: Path) -> None:
-    from app.kit.dataset_store import DatasetStore
-    from app.usage.store import PARTITIONS, USAGE_PREFIX, HourlyUsageFiles
+    from app.storage.dataset_store import DatasetStore
+    from app.storage.usage_store import PARTITIONS, USAGE_PREFIX, HourlyUsageFiles
 
     store = DatasetStore.at(str(tmp_path / "store"))
     sink = UsageSink(engine=engine, store=store, flush_interval_s=0.01)

@@ -15,11 +15,11 @@ from sqlalchemy.orm import Session
 
 from app.allocation.service import run_allocation
 from app.allocation.windowing import Window
-from app.domain.cluster_cost import cost_model_from_dict
 from app.domain.periods import Month
 from app.models import BillingRow, LedgerEntry, SlurmJob, UsageRecord
 from app.slurm.cluster import register_cluster
 from app.slurm.ingest import SacctCommand, ingest_slurm
+from app.slurm.rules.cluster_cost import cost_model_from_dict
 from ingest.cluster_bill import write_derived_bill
 from ingest.service import IngestOptions, ingest_billing
 from tests.slurm.cluster import SlurmCluster, parse_tres

@@ -12,14 +12,14 @@ from sqlalchemy.orm import Session
 
 from app.allocation.service import run_allocation
 from app.allocation.windowing import Window
-from app.domain.cluster_cost import cost_model_from_dict
 from app.domain.periods import Month
-from app.domain.slurm import SACCT_FIELDS
 from app.domain.windows import TimeWindow
 from app.models import BillingRow, LedgerEntry, SlurmJob, UsageRecord
 from app.slurm.cluster import register_cluster
 from app.slurm.ingest import InvalidSacct, ingest_sacct_text
 from app.slurm.report import slurm_usage
+from app.slurm.rules.cluster_cost import cost_model_from_dict
+from app.slurm.rules.sacct import SACCT_FIELDS
 from ingest.cluster_bill import write_derived_bill
 from ingest.service import IngestOptions, ingest_billing
 from tests.ingest.helpers import focus_row, write_focus_csv

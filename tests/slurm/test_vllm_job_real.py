@@ -20,12 +20,12 @@ from sqlalchemy.orm import Session
 from app.allocation.service import run_allocation
 from app.allocation.windowing import Window
 from app.deployments.service import add_deployment, add_replica
-from app.domain.cluster_cost import cost_model_from_dict
 from app.domain.ledger import AllocationMethod
 from app.domain.periods import Month
 from app.models import LedgerEntry, Replica, UsageRecord
 from app.slurm.cluster import link_job, register_cluster
 from app.slurm.ingest import SacctCommand, ingest_slurm
+from app.slurm.rules.cluster_cost import cost_model_from_dict
 from ingest.cluster_bill import write_derived_bill
 from ingest.service import IngestOptions, ingest_billing
 from serving.engine import launcher

@@ -24,18 +24,18 @@ from app.auth.service import create_key
 from app.breakeven import repository
 from app.cli import speculation as speculation_cli
 from app.deployments.service import add_deployment, add_replica
-from app.domain.acceptance_positions import CostBasis, PositionCounts
+from app.domain.findings import FindingKind, Thresholds
 from app.domain.usage import UsageEvent
-from app.domain.waste import FindingKind, Thresholds
 from app.domain.windows import TimeWindow
-from app.kit.dataset_store import DatasetStore
 from app.main import create_app
 from app.settings import Settings
 from app.speculation import positions as positions_module
 from app.speculation.positions import positions_report
 from app.speculation.router import router as speculation_router
+from app.speculation.rules.positions import CostBasis, PositionCounts
 from app.speculation.schemas import positions_read
-from app.usage.store import USAGE_PREFIX, events_table, usage_dataset, write_usage
+from app.storage.dataset_store import DatasetStore
+from app.storage.usage_store import USAGE_PREFIX, events_table, usage_dataset, write_usage
 from app.waste.service import find_waste
 from tests.allocation.scenarios import TAG
 from tests.allocation.test_ledger_close import _ingest

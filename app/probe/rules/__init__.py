@@ -1,0 +1,1 @@
+"""The pure rules of app.probe: no I/O, no database, no web framework."""
