@@ -14,6 +14,7 @@ from sqlalchemy import Engine, func, select
 
 from app.budgets import service as budgets
 from app.db import read_session, utc_hour
+from app.domain.findings import Thresholds
 from app.domain.ledger import CostLabel, EntryKind
 from app.domain.periods import Month
 from app.domain.windows import TimeWindow
@@ -21,6 +22,7 @@ from app.ledger.reconcile import reconcile
 from app.models import LedgerRollup, SlurmJob, UsageRecord
 from app.slurm.report import slurm_usage
 from app.storage.run_repository import allocated_months, current_run_id
+from app.waste.service import find_waste
 from dashboards.figures import BudgetView, money_2dp
 from dashboards.session_seconds import hourly_query, longest_span_query
 
@@ -367,3 +369,42 @@ def slurm_usage_frame(
         ],
         columns=SLURM_COLUMNS,
     )
+
+
+WASTE_COLUMNS = ["kind", "scope", "key", "window_micros", "monthly_micros", "action", "currency"]
+
+
+def waste_frame(
+    engine: Engine,
+    *,
+    month: str,
+    team: str | None = None,
+    s3_endpoint_url: str | None = None,
+    default_currency: str = "USD",
+) -> pd.DataFrame:
+    """The month's waste findings (GET /v1/waste with its default thresholds), largest
+    estimated monthly cost first; a team's frame holds the findings of its own traffic."""
+    period = Month.parse(month)
+    with read_session(engine) as session:
+        report = find_waste(
+            session,
+            window=TimeWindow(period.start, period.end),
+            team=team,
+            thresholds=Thresholds(),
+            now=datetime.now(UTC),
+            default_currency=default_currency,
+            s3_endpoint_url=s3_endpoint_url,
+        )
+    rows = [
+        {
+            "kind": str(f.kind),
+            "scope": str(f.scope),
+            "key": f.key,
+            "window_micros": f.window_cost_micros,
+            "monthly_micros": f.monthly_cost_micros,
+            "action": f.action,
+            "currency": report.currency,
+        }
+        for f in report.findings
+    ]
+    return pd.DataFrame(rows, columns=WASTE_COLUMNS)

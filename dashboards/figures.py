@@ -310,7 +310,7 @@ def reconciliation_figure(reconciliation: pd.DataFrame) -> go.Figure:
             x=labels,
             y=[m / 1e6 for m in values],
             measure=[*(["relative"] * len(parts)), "total"],
-            text=[_money(m) for m in values],
+            text=[money_2dp(m) for m in values],
             textposition="outside",
             customdata=[[_money(m)] for m in values],
             hovertemplate=f"%{{x}}<br>{currency} %{{customdata[0]}}<extra></extra>",
@@ -321,16 +321,16 @@ def reconciliation_figure(reconciliation: pd.DataFrame) -> go.Figure:
         )
         if team_view:
             lines.append(
-                f"{currency}: team total {_money(total)} = requests "
-                f"{_money(parts[0][1])} + shared {_money(parts[1][1])}"
+                f"{currency}: team total {money_2dp(total)} = requests "
+                f"{money_2dp(parts[0][1])} + shared {money_2dp(parts[1][1])}"
             )
         else:
             verdict = "balanced to the micro" if bool(row["balanced"]) else "NOT balanced"
             allocated = parts[0][1] + parts[1][1]
             lines.append(
-                f"{currency}: bill {_money(int(row['bill_micros']))} = allocated "
-                f"{_money(allocated)} + idle {_money(parts[2][1])} + unallocated "
-                f"{_money(parts[3][1])} ({verdict})"
+                f"{currency}: bill {money_2dp(int(row['bill_micros']))} = allocated "
+                f"{money_2dp(allocated)} + idle {money_2dp(parts[2][1])} + unallocated "
+                f"{money_2dp(parts[3][1])} ({verdict})"
             )
     fig.update_layout(showlegend=False, yaxis_title="cost" if several else currency)
     _note(fig, "<br>".join(lines))

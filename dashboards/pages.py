@@ -56,9 +56,11 @@ min-width:0;overflow:hidden}
 pre{background:#f1f5f9;padding:8px;border-radius:6px;overflow-x:auto;font-size:13px}
 form.controls{display:inline-flex;gap:8px;align-items:center;font-size:14px}
 form.controls input{font-size:13px;padding:2px 4px}
-table.claims{border-collapse:collapse;font-size:13px;margin:4px}
-table.claims th,table.claims td{border-bottom:1px solid #e2e8f0;padding:4px 8px;text-align:left;
-vertical-align:top}
+table.claims,table.waste{border-collapse:collapse;font-size:13px;margin:4px}
+table.claims th,table.claims td,table.waste th,table.waste td{border-bottom:1px solid #e2e8f0;
+padding:4px 8px;text-align:left;vertical-align:top}
+table.waste td.num{text-align:right;white-space:nowrap}
+h2{font-size:16px;margin:4px}
 table.claims td.flag{color:#b91c1c;font-weight:600}
 """
 
@@ -162,10 +164,12 @@ def cost_page(
     sessions: pd.DataFrame,
     reconciliation: pd.DataFrame,
     slurm: pd.DataFrame | None = None,
+    waste: pd.DataFrame | None = None,
 ) -> str:
     """Cost by team, unit costs, idle share and the reconciliation tile; with ``slurm``
     (:func:`dashboards.data.slurm_usage_frame`) counting a job, the Slurm clusters' GPU-hours
-    and cost by account and partition too (no panel where nobody runs Slurm)."""
+    and cost by account and partition too (no panel where nobody runs Slurm); with ``waste``
+    (:func:`dashboards.data.waste_frame`), the month's waste findings as a table."""
     cards = [
         _card(figure_html(figures.cost_by_team_figure(ledger), "cost-by-team"), wide=True),
         _card(figure_html(figures.reconciliation_figure(reconciliation), "reconciliation")),
@@ -193,7 +197,41 @@ def cost_page(
             " Slurm: GPU-hours are the jobs' allocated GPUs over their run time; cost is "
             "their share of the nodes' bill, a node's unused GPUs as (idle)."
         )
+    if waste is not None:
+        cards.append(_card(_waste_table(waste), wide=True))
     return render(ctx, "cost", cards, intro=intro)
+
+
+_WASTE_NAMES = {
+    "idle_gpu": "idle GPUs",
+    "low_acceptance": "low acceptance",
+    "above_breakeven": "speculating above the breakeven",
+    "unpaid_draft_positions": "unpaid draft positions",
+    "draft_memory": "draft model memory",
+    "acceptance_drift": "acceptance drift",
+}
+
+
+def _waste_table(waste: pd.DataFrame) -> str:
+    """The waste findings, money in cents with thousands separators (the API has the micros)."""
+    title = "<h2>Waste this month</h2>"
+    if waste.empty:
+        return f"{title}<p class=note>No waste found with the default thresholds.</p>"
+    head = (
+        "<tr><th>finding</th><th>where</th><th>cost this month</th>"
+        "<th>estimated per month</th><th>what to do</th></tr>"
+    )
+    rows = [
+        f"<tr><td>{html.escape(_WASTE_NAMES.get(str(row['kind']), str(row['kind'])))}</td>"
+        f"<td>{html.escape(str(row['scope']))} {html.escape(str(row['key']))}</td>"
+        f"<td class=num>{figures.money_2dp(int(row['window_micros']))} "
+        f"{html.escape(str(row['currency']))}</td>"
+        f"<td class=num>{figures.money_2dp(int(row['monthly_micros']))} "
+        f"{html.escape(str(row['currency']))}</td>"
+        f"<td>{html.escape(str(row['action']))}</td></tr>"
+        for row in waste.to_dict("records")
+    ]
+    return f"{title}<table class=waste>{head}{''.join(rows)}</table>"
 
 
 def speculation_page(ctx: PageContext, *, usage: pd.DataFrame) -> str:

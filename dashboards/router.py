@@ -152,8 +152,9 @@ def plotly_asset(team: DashboardTeam) -> Response:
 def cost(
     request: Request, engine: EngineDep, team: DashboardTeam, month: _MonthQuery = None
 ) -> str:
-    """Cost by team over time, unit costs, idle share and the reconciliation tile; the Slurm
-    clusters' GPU-hours and cost by account and partition when jobs ran in the month."""
+    """Cost by team over time, unit costs, idle share, the reconciliation tile and the month's
+    waste findings; the Slurm clusters' GPU-hours and cost by account and partition when jobs
+    ran in the month."""
     chosen = _month(engine, month)
     ctx = _context(request, chosen, team, _is_admin_view(request))
     return pages.cost_page(
@@ -164,6 +165,15 @@ def cost(
         reconciliation=data.reconciliation_frame(engine, month=chosen, team=team),
         slurm=data.slurm_usage_frame(
             engine, month=chosen, team=team, s3_endpoint_url=_s3_endpoint_url(request)
+        ),
+        waste=data.waste_frame(
+            engine,
+            month=chosen,
+            team=team,
+            s3_endpoint_url=_s3_endpoint_url(request),
+            default_currency=getattr(
+                getattr(request.state, "settings", None), "default_currency", "USD"
+            ),
         ),
     )
 

@@ -155,12 +155,12 @@ def test_reconciliation_tile_adds_up_to_the_bill() -> None:
     assert waterfall["type"] == "waterfall"
     assert list(waterfall["x"]) == ["requests", "shared", "idle", "unallocated", "bill"]
     assert list(waterfall["measure"]) == ["relative"] * 4 + ["total"]
-    assert waterfall["text"][-1] == "9.690000"
+    assert waterfall["text"][-1] == "9.69"
+    assert waterfall["customdata"][-1] == ["9.690000"]
     assert round(sum(waterfall["y"][:-1]) * 1e6) == 9_690_000
     (note,) = [a for a in _annotations(fig) if "bill" in a]
     assert note == (
-        "USD: bill 9.690000 = allocated 5.180001 + idle 3.959999 + unallocated "
-        "0.550000 (balanced to the micro)"
+        "USD: bill 9.69 = allocated 5.18 + idle 3.96 + unallocated 0.55 (balanced to the micro)"
     )
 
 
@@ -170,7 +170,7 @@ def test_reconciliation_tile_of_a_team_shows_only_its_own_cost() -> None:
     fig = figures.reconciliation_figure(frame).to_dict()
     (waterfall,) = fig["data"]
     assert list(waterfall["x"]) == ["requests", "shared", "team total"]
-    assert waterfall["text"][-1] == "5.180001"
+    assert waterfall["text"][-1] == "5.18"
     assert not any("bill" in a or "idle" in a for a in _annotations(fig))
 
 

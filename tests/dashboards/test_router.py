@@ -159,3 +159,20 @@ def test_the_breakeven_page_says_how_its_interval_was_computed(
     assert "The interval is the union of a residual-bootstrap percentile interval" in body
     if fit["pinned_down"] is False:
         assert "measure concurrency" in body
+
+
+def test_the_cost_page_shows_the_months_waste_as_the_api_reports_it(
+    client: TestClient, keys: Keys, seeded: Seeded, engine: Engine
+) -> None:
+    from dashboards.data import waste_frame
+    from dashboards.figures import money_2dp
+
+    frame = waste_frame(engine, month="2026-10")
+    assert not frame.empty, "the seeded month has waste to show"
+    body = client.get("/dashboards/cost?month=2026-10", headers=_bearer(keys.admin)).text
+    assert "Waste this month" in body
+    for row in frame.to_dict("records"):
+        assert f"{money_2dp(int(row['monthly_micros']))} {row['currency']}" in body
+        assert f"{row['scope']} {row['key']}" in body
+    own = waste_frame(engine, month="2026-10", team="search")
+    assert not (own["kind"] == "idle_gpu").any(), "idle GPUs belong to no team"
