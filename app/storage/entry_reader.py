@@ -67,9 +67,8 @@ class _DatabaseReader:
     def batches(
         self, query: Select[*tuple[Any, ...]], rows: int, types: Mapping[str, pa.DataType]
     ) -> Iterator[pa.Table]:
-        result = self.session.execute(query.execution_options(yield_per=rows))
-        names = list(result.keys())
-        for part in result.partitions():
+        names = list(query.selected_columns.keys())
+        for part in self._partitions(query, rows):
             columns = zip(*part, strict=True)
             yield pa.table(
                 {
@@ -77,6 +76,24 @@ class _DatabaseReader:
                     for name, values in zip(names, columns, strict=True)
                 }
             )
+
+    def _partitions(self, query: Select[*tuple[Any, ...]], rows: int) -> Iterator[Sequence[Any]]:
+        """The query's rows, ``rows`` at a time: straight from the SQLite cursor where no
+        column's type converts what the driver returns (a third of the time of SQLAlchemy
+        rows), else streamed through SQLAlchemy Core (the server-side cursor on PostgreSQL)."""
+        connection = self.session.connection()
+        if self.dialect == "sqlite" and not _converted(query, connection.dialect):
+            compiled = query.compile(dialect=connection.dialect)
+            params = compiled.construct_params()
+            cursor = connection.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+            try:
+                cursor.execute(str(compiled), [params[n] for n in compiled.positiontup or []])
+                while part := cursor.fetchmany(rows):
+                    yield part
+            finally:
+                cursor.close()
+            return
+        yield from connection.execute(query.execution_options(yield_per=rows)).partitions()
 
 
 class _StoreReader:
@@ -108,6 +125,14 @@ class _StoreReader:
                     for name in table.column_names
                 }
             )
+
+
+def _converted(query: Select[*tuple[Any, ...]], dialect: Any) -> bool:
+    """Whether SQLAlchemy converts any of the query's result columns (dates, JSON, enums)."""
+    return any(
+        column.type.dialect_impl(dialect).result_processor(dialect, None) is not None
+        for column in query.selected_columns
+    )
 
 
 def _compiled(query: Select[*tuple[Any, ...]]) -> tuple[str, list[Any]]:
