@@ -45,25 +45,26 @@ def mcp(
     SPECLEDGER_MCP_KEY or --key-file, never from the command line. With --http the key comes
     with each request; a request without a live key is answered 401. Exit status 2 when no
     usable key is given (stdio) or the database cannot be opened."""
-    from app.mcp import access, run
-    from app.settings import get_settings
-
-    settings = get_settings()
     address = _address(http) if http is not None else None
     if address is not None and key_file is not None:
         raise typer.BadParameter("--key-file is for stdio; over HTTP each request sends its key")
-    with user_errors(), open_engine(settings) as engine:
-        if address is None:
-            secret = access.stdio_key(key_file)
-            from app.db import read_session
+    from app.mcp import access
+    from app.settings import get_settings
 
-            with read_session(engine) as session:
-                access.principal(session, secret)
-            run.serve_stdio(engine, settings, secret)
-        else:
-            host, port = address
-            err.print(f"SpecLedger MCP server on http://{host}:{port}{run.MCP_PATH}")
-            run.serve_http(engine, settings, host, port)
+    settings = get_settings()
+    with user_errors():
+        secret = access.stdio_key(key_file) if address is None else None
+        with open_engine(settings) as engine:
+            from app.mcp import run
+
+            if secret is not None:
+                run.check_key(engine, secret)
+                run.serve_stdio(engine, settings, secret)
+            else:
+                assert address is not None
+                host, port = address
+                err.print(f"SpecLedger MCP server on http://{host}:{port}{run.MCP_PATH}")
+                run.serve_http(engine, settings, host, port)
 
 
 def register(app: typer.Typer) -> None:

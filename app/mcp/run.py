@@ -13,6 +13,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app.auth.service import Principal, authenticate
 from app.db import read_session
+from app.mcp.access import principal
 from app.mcp.server import build_server, presenting
 from app.settings import Settings
 
@@ -80,6 +81,16 @@ def http_app(engine: Engine, settings: Settings, host: str) -> ASGIApp:
     server = build_server(engine, settings, request_key)
     app = server.streamable_http_app(streamable_http_path=MCP_PATH, host=host)
     return RequireKey(app, engine)
+
+
+def check_key(engine: Engine, secret: str) -> None:
+    """Refuse to start a stdio server whose key is unknown, revoked or a proxy key.
+
+    Raises:
+        Unauthorized: So the command stops with the reason, before a host connects.
+    """
+    with read_session(engine) as session:
+        principal(session, secret)
 
 
 def serve_stdio(engine: Engine, settings: Settings, secret: str) -> None:

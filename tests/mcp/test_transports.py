@@ -108,6 +108,7 @@ def test_stdio_admin_key_from_a_key_file(seeded: Seeded, db_url: str, tmp_path: 
         ({"SPECLEDGER_MCP_KEY": "slk_" + "x" * 43}, [], "invalid or revoked API key"),
         ({}, ["--key-file", "/nonexistent/key"], "--key-file /nonexistent/key: cannot read it"),
         ({}, ["--http", "localhost"], "give HOST:PORT"),
+        ({}, ["--http", "127.0.0.1:8765", "--key-file", "k"], "--key-file is for stdio"),
     ],
 )
 def test_a_server_without_a_usable_key_does_not_start(
@@ -213,11 +214,10 @@ def test_http_scopes_each_request_by_its_bearer_key(
     assert body(over_http(http_server, seeded.keys.admin, admin_calls))["month"] == "2026-10"
 
 
-@pytest.mark.parametrize("headers", [{}, {"Authorization": "Bearer slk_" + "y" * 43}])
-def test_http_refuses_a_request_without_a_live_key(
-    http_server: str, headers: dict[str, str]
-) -> None:
-    response = httpx.post(http_server, json=INITIALIZE, headers=headers, timeout=30)
-    assert response.status_code == 401
-    assert response.json()["error"]["code"] == "unauthorized"
-    assert "y" * 43 not in response.text
+def test_http_refuses_a_request_without_a_live_key(http_server: str) -> None:
+    for headers in ({}, {"Authorization": "Bearer slk_" + "y" * 43}, {"X-API-Key": "nope"}):
+        response = httpx.post(http_server, json=INITIALIZE, headers=headers, timeout=30)
+        assert response.status_code == 401, headers
+        assert response.headers["www-authenticate"] == "Bearer"
+        assert response.json()["error"]["code"] == "unauthorized"
+        assert "y" * 43 not in response.text
