@@ -26,7 +26,7 @@ Drafted tokens are not independent trials: a draft step stops at its first rejec
 one request's steps share a prompt, a drafter state and a kind of text, so acceptance is
 correlated within a request. A binomial interval over tokens (Wilson's) is then far too
 narrow: on generated traffic whose true acceptance is 55% with requests that differ
-(tests/domain/test_waste.py), it flagged 16% of such deployments as below 50% at 95%,
+(tests/waste/test_waste_rules.py), it flagged 16% of such deployments as below 50% at 95%,
 against 0.8% for the interval used here. The interval used is cluster-robust instead: the
 acceptance rate is a ratio of sums over requests, its variance is estimated from the
 requests' residuals (the linearization, or delta-method, variance of a ratio estimator

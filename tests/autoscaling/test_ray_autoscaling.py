@@ -1,6 +1,6 @@
 """The Ray Serve advice against a load curve whose answer is known in closed form.
 
-The latency model is the partition schedule tests' (tests/domain/test_partition_schedule.py):
+The latency model is the partition schedule tests' (tests/slurm/test_partition_schedule.py):
 plain decoding ``20 + c`` ms, speculation ``8 + 2c`` ms per session on a replica holding c.
 With a target of 50.5 ms a replica meets it up to c* = 30 (plain: 50 ms); speculation is
 strictly faster below c = 12. So target_ongoing_requests = 30, max_ongoing_requests =
@@ -29,7 +29,7 @@ from app.autoscaling.rules import (
 from app.breakeven.rules.model import ScheduleBand
 from app.domain.errors import InvalidInput
 from app.slurm.rules.partition_schedule import HOURS_PER_WEEK
-from tests.domain.test_partition_schedule import linear_tpot, week_curve
+from tests.slurm.test_partition_schedule import linear_tpot, week_curve
 
 TARGET_S = 0.0505
 C_STAR = 30

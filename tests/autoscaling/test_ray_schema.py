@@ -23,7 +23,7 @@ with warnings.catch_warnings():
 from app.autoscaling.render import advice_yaml, serve_config_yaml
 from app.autoscaling.rules import advise_ray, serve_config
 from tests.autoscaling.test_ray_autoscaling import advice_input
-from tests.domain.test_partition_schedule import linear_tpot, week_curve
+from tests.slurm.test_partition_schedule import linear_tpot, week_curve
 
 
 def _manifest(load: list[float]) -> dict[str, Any]:
