@@ -25,9 +25,9 @@ def test_times_add_up_per_folder_and_marker_and_the_largest_comes_first():
     assert folders[1].split() == ["tests/b", "2", "2.5", "38.5%"]
     markers = {line.split()[0]: line.split()[1:] for line in lines[5:8]}
     assert markers == {
-        "serving": ["2", "6.0", "70.6%"],
-        "postgres": ["1", "2.0", "23.5%"],
-        "(no": ["marker)", "1", "0.5", "5.9%"],
+        "serving": ["2", "6.0", "92.3%"],
+        "postgres": ["1", "2.0", "30.8%"],
+        "(no": ["marker)", "1", "0.5", "7.7%"],
     }
     assert lines[-1] == "3 tests: 6.5 s in tests, 7.0 s wall"
 

@@ -59,25 +59,27 @@ def directory_of(nodeid: str) -> str:
     return str(path.parent) if str(path.parent) != "." else "."
 
 
-def _table(title: str, seconds: Mapping[str, float], tests: Mapping[str, set[str]]) -> list[str]:
-    total = sum(seconds.values()) or 1.0
+def _table(
+    title: str, seconds: Mapping[str, float], tests: Mapping[str, set[str]], total: float
+) -> list[str]:
     width = max([len(title), *map(len, seconds)])
     lines = [f"{title:<{width}}  {'tests':>6}  {'seconds':>9}  {'share':>6}"]
     for name, value in sorted(seconds.items(), key=lambda kv: (-kv[1], kv[0])):
         lines.append(
-            f"{name:<{width}}  {len(tests[name]):>6}  {value:>9.1f}  {value / total:>6.1%}"
+            f"{name:<{width}}  {len(tests[name]):>6}  {value:>9.1f}  {value / (total or 1):>6.1%}"
         )
     return lines
 
 
 def format_times(times: GroupTimes, wall_s: float) -> list[str]:
-    """The two tables (by folder, by marker; largest first) and the totals."""
+    """The two tables (by folder, by marker; largest first) and the totals. A share is of
+    the time in all tests (a test with two markers counts in both)."""
     in_tests = sum(times.seconds.values())
     count = sum(len(t) for t in times.tests.values())
     return [
-        *_table("folder", times.seconds, times.tests),
+        *_table("folder", times.seconds, times.tests, in_tests),
         "",
-        *_table("marker", times.marker_seconds, times.marker_tests),
+        *_table("marker", times.marker_seconds, times.marker_tests, in_tests),
         "",
         f"{count} tests: {in_tests:.1f} s in tests, {wall_s:.1f} s wall",
     ]

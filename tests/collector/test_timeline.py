@@ -104,7 +104,12 @@ def test_split_equals_a_meter_fed_the_same_steps_in_time_order(items, rng: rando
         timeline.add(item, NOBODY)
     records = timeline.close()
     got = {r.event_id: r.gpu_ns for r in records if isinstance(r, UsageEvent)}
+    assert got == time_ordered_split(spans)
 
+
+def time_ordered_split(spans: list[RequestSpan]) -> dict[str, int]:
+    """The GPU-ns of a meter fed every span's steps in time order, as the proxy's is fed
+    the requests' events live."""
     steps = sorted(
         (step.at_ns, step.phase, n, step.tokens)
         for n, item in enumerate(spans)
@@ -119,8 +124,56 @@ def test_split_equals_a_meter_fed_the_same_steps_in_time_order(items, rng: rando
             meter.chunk(key, at_ns=at_ns, tokens=tokens)
         else:
             meter.finish(key, at_ns=at_ns, tokens=tokens)
-    expected = meter.pop_settled()
-    assert got == expected
+    return meter.pop_settled()
+
+
+@settings(max_examples=150, deadline=None)
+@given(spans_strategy, st.data())
+def test_spans_within_the_allowance_are_never_late_and_split_as_in_time_order(items, data):
+    """Whatever the engine's speed and the exporter's delays: when every span reaches the
+    collector within ``lateness`` of its request's arrival, with ticks at any instants
+    between, no span is late, GPU time is conserved exactly and each request's share is
+    exactly the time-ordered meter's."""
+    spans = [span(n, T0 + s, t, e, p, c) for n, (s, t, e, p, c) in enumerate(items)]
+    longest = max(s.finished_ns - s.arrived_ns for s in spans)
+    lateness = longest + data.draw(st.integers(0, 2_000_000_000), label="export delay bound")
+    deliveries = sorted(
+        (s.arrived_ns + data.draw(st.integers(s.finished_ns - s.arrived_ns, lateness)), n)
+        for n, s in enumerate(spans)
+    )
+    timeline = ReplicaTimeline(
+        info=ReplicaInfo(deployment="d", replica="r"), lateness_ns=lateness, idle_window_ns=10**15
+    )
+    records = []
+    now = T0
+    for delivered_ns, n in deliveries:
+        between = data.draw(st.lists(st.integers(now, delivered_ns), max_size=3), label="ticks")
+        for tick_ns in sorted(between):
+            records += timeline.advance(now_ns=tick_ns)
+        timeline.add(spans[n], NOBODY)
+        records += timeline.advance(now_ns=delivered_ns)
+        now = delivered_ns
+    records += timeline.close()
+
+    assert timeline.stats.late_spans == 0
+    usage = {r.event_id: r.gpu_ns for r in records if isinstance(r, UsageEvent)}
+    idle = [r for r in records if isinstance(r, ReplicaIdleEvent)]
+    assert sum(usage.values()) + sum(r.gpu_ns for r in idle) == wall_ns(idle)
+    expected = time_ordered_split(spans)
+    assert usage.keys() == expected.keys()
+    assert usage == expected
+
+
+def test_a_span_past_the_allowance_is_late():
+    """The bound above is tight: one nanosecond more and the span's start had been passed."""
+    item = span(1, T0, None, 1000, 1, 1)
+    timeline = ReplicaTimeline(
+        info=ReplicaInfo(deployment="d", replica="r"), lateness_ns=5000, idle_window_ns=10**15
+    )
+    timeline.add(span(2, T0 - 10, None, 10, 1, 1), NOBODY)  # opens the meter
+    timeline.advance(now_ns=T0 + 5001)
+    timeline.add(item, NOBODY)
+    assert timeline.stats.late_spans == 1
 
 
 def test_duplicate_span_is_metered_once():
