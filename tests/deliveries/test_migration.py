@@ -99,6 +99,12 @@ def test_a_bill_stored_twice_before_charge_keys_is_reported_as_duplicated(
     )
     assert "BALANCED" not in result.stdout.replace("DUPLICATED", "")
 
+    closing = runner.invoke(app, ["ledger", "close", "2026-10"])  # shows, then needs --yes
+    assert closing.exit_code == 2
+    assert "deliveries #7 and #8 hold 2 of the same charges: remove one" in " ".join(
+        closing.stderr.split()
+    )
+
     removed = runner.invoke(app, ["billing", "deliveries", "remove", "8"])
     assert removed.exit_code == 0, removed.output
     after = runner.invoke(app, ["reconcile", "--month", "2026-10"])
