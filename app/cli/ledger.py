@@ -309,6 +309,12 @@ def close_summary(summary: "Reconciliation") -> list[str]:
             f"{summary.pending_rows} billing rows arrived after the allocation run: "
             f"run `specledger allocate --month {summary.month}` before closing"
         )
+    for duplicate in summary.duplicates:
+        lines.append(
+            f"deliveries #{duplicate.other_id} and #{duplicate.delivery_id} hold "
+            f"{duplicate.charges} of the same charges: remove one "
+            "(`specledger billing deliveries remove ID`) and allocate again before closing"
+        )
     if not sums and not summary.bill:
         lines.append(f"{summary.month}: no bill and no ledger entries")
     return lines

@@ -95,6 +95,13 @@ CASES: dict[tuple[str, str], Case] = {
         path_params={"name": "d1"}, body={"name": "r9", "gpus": 1}, admin_only=True
     ),
     ("POST", "/v1/billing/ingest"): Case(body={"location": "/nonexistent"}, admin_only=True),
+    ("GET", "/v1/billing/deliveries"): Case(query={"month": "2026-10"}, admin_only=True),
+    ("GET", "/v1/billing/deliveries/{delivery_id}"): Case(
+        path_params={"delivery_id": "1"}, admin_only=True
+    ),
+    ("POST", "/v1/billing/deliveries/{delivery_id}/remove"): Case(
+        path_params={"delivery_id": "999"}, body={}, admin_only=True
+    ),
     ("GET", "/v1/budgets"): Case(shows_team_data=True),
     ("GET", "/v1/anomalies"): Case(variants=({"granularity": "hour", "buckets": 3},)),
     ("GET", "/v1/budgets/{ident}"): Case(path_params={"ident": "OTHER_BUDGET"}, team_status=404),
