@@ -20,7 +20,7 @@ from app.domain.periods import Month
 from app.domain.windows import TimeWindow
 from app.ledger.reconcile import reconcile
 from app.models import LedgerRollup, SlurmJob, UsageRecord
-from app.slurm.report import slurm_usage
+from app.slurm.report import counted_jobs, slurm_usage
 from app.storage.run_repository import allocated_months, current_run_id
 from app.waste.service import find_waste
 from dashboards.figures import BudgetView, money_2dp
@@ -349,13 +349,7 @@ def slurm_usage_frame(
     """
     chosen = Month.parse(month)
     window = TimeWindow(chosen.start, chosen.end)
-    jobs = select(SlurmJob.id).where(  # the jobs slurm_usage counts
-        SlurmJob.step == "",
-        SlurmJob.metered,
-        SlurmJob.gpus > 0,
-        SlurmJob.start_at < window.end,
-        SlurmJob.end_at > window.start,
-    )
+    jobs = select(SlurmJob.id).where(*counted_jobs(window))  # the jobs slurm_usage counts
     if team is not None:
         jobs = jobs.where(SlurmJob.account == team)
     with read_session(engine) as session:

@@ -1,7 +1,8 @@
 """Late billing for closed months becomes adjusting entries in the first open month.
 
 A closed month's entries never change. When its billing changes afterwards (AWS re-delivers
-the previous month for about two weeks), the month is allocated again in memory and the
+the previous month for about two weeks), or a Slurm job that ran in it is read again (a job
+running at month end is trued up when it has ended), the month is allocated again in memory and the
 difference against everything already booked for it becomes ``adjustment`` entries, booked
 in the month being allocated and naming the month they correct.
 """
@@ -9,6 +10,7 @@ in the month being allocated and naming the month they correct.
 import hashlib
 import tempfile
 from collections import defaultdict
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +25,14 @@ from app.allocation.windowing import Window, compute_window, small_inputs
 from app.domain.ledger import AllocationMethod, EntryKind
 from app.domain.periods import Month
 from app.kit.epoch import to_us
-from app.models import AllocationRun, BillingDelivery, LedgerClosure, LedgerEntry, LedgerRollup
+from app.models import (
+    AllocationRun,
+    BillingDelivery,
+    LedgerClosure,
+    LedgerEntry,
+    LedgerRollup,
+    SlurmJob,
+)
 from app.storage.dataset_store import DatasetStore
 from app.storage.entry_reader import entry_reader, run_store
 from app.storage.run_repository import current_run_ids
@@ -70,9 +79,11 @@ def restatement_adjustments(
         window = Window.of_month(Month.parse(closure.month))
         if _first_open_after(closure.month, closed_months) != month:
             continue
-        if billing_fingerprint(
-            session, window.start
-        ) == closure.billing_fingerprint and not _has_adjustments(session, closure.month):
+        if (
+            billing_fingerprint(session, window.start) == closure.billing_fingerprint
+            and not _has_adjustments(session, closure.month)
+            and not _jobs_read_since(session, window, closure.closed_at)
+        ):
             continue
         share_idle, store_uri = session.execute(
             select(AllocationRun.share_idle, AllocationRun.store_uri).where(
@@ -105,6 +116,26 @@ def _first_open_after(month: str, closed: set[str]) -> str:
     while str(current) in closed:
         current = current.next()
     return str(current)
+
+
+def _jobs_read_since(session: Session, window: Window, closed_at: datetime) -> bool:
+    """Whether a Slurm job that ran in the window was read again after the month closed:
+    a job running at month end accrued to the end of a read and is trued up when it has
+    ended, so the closed month's usage may have changed as a restated bill does."""
+    return (
+        session.scalar(
+            select(SlurmJob.id)
+            .where(
+                SlurmJob.step == "",
+                SlurmJob.gpus > 0,
+                SlurmJob.updated_at > closed_at,
+                SlurmJob.start_at < window.end,
+                func.coalesce(SlurmJob.end_at, SlurmJob.accrued_until) > window.start,
+            )
+            .limit(1)
+        )
+        is not None
+    )
 
 
 def _has_adjustments(session: Session, month: str) -> bool:

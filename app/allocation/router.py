@@ -16,6 +16,7 @@ from app.allocation.schemas import (
 )
 from app.allocation.windowing import Window
 from app.auth.deps import AdminDep, PrincipalDep, team_scope
+from app.auth.team_query import TeamQuery
 from app.deps import SessionDep, SettingsDep
 from app.domain import measures
 from app.domain.periods import Month
@@ -25,7 +26,6 @@ from app.kit.http_params import PageDep, WindowDep, parse_dimensions
 from app.kit.responses import Format, csv_download
 from app.kit.schemas import WindowRead, money
 from app.storage.dataset_store import DatasetStore
-from app.usage.team_query import TeamQuery
 
 router = APIRouter(prefix="/allocation", tags=["allocation"])
 

@@ -34,7 +34,7 @@ from app.db import utc_hour, utc_instant
 from app.domain.ledger import EntryKind
 from app.domain.money import format_micros
 from app.kit.measures import sum_gpu_ns
-from app.models import LedgerRollup, UsageRecord
+from app.models import BillingRow, LedgerRollup, UsageRecord
 from app.storage.run_repository import current_run_ids
 
 SEASON = {Granularity.day: 7, Granularity.hour: 168}
@@ -97,9 +97,11 @@ def find_anomalies(
     end = _floor(end, granularity)
     start = end - step * (cycles * season + judged)
     reports = []
+    loaded = _loaded_buckets(session, start, end, granularity)
     for subject in only if only is not None else subjects(session, start, end):
         series = _series(session, subject, start, end, granularity, currency)
-        flagged = detect(series, season=season, cycles=cycles)
+        # A bucket with no data loaded at all (no bill, no usage) is not a drop in spend.
+        flagged = [a for a in detect(series, season=season, cycles=cycles) if a.index in loaded]
         anomalous = {a.index for a in flagged}
         baselines = {}
         for found in flagged:
@@ -119,6 +121,34 @@ def find_anomalies(
             bucket = start + step * found.index
             reports.append(AnomalyReport(subject, granularity, bucket, found, drivers, currency))
     return sorted(reports, key=lambda r: (r.bucket_start, str(r.subject)), reverse=True)
+
+
+def _loaded_buckets(
+    session: Session, start: datetime, end: datetime, granularity: Granularity
+) -> set[int]:
+    """The buckets of ``[start, end)`` that any data was loaded for: a billing row charged
+    in them or a usage record (of any team or deployment) that finished in them. The others
+    are days (or hours) with no data, which are not days with no spend."""
+    step = STEP[granularity]
+    count = int((end - start) / step)
+    found: set[int] = set()
+    hour = utc_hour(session.get_bind().dialect.name, UsageRecord.finished_at)
+    for (at,) in session.execute(
+        select(hour)
+        .where(UsageRecord.finished_at >= start, UsageRecord.finished_at < end)
+        .distinct()
+    ):
+        found.add(int((utc_instant(at) - start) / step))
+    periods = session.execute(
+        select(BillingRow.charge_period_start, BillingRow.charge_period_end)
+        .where(BillingRow.charge_period_start < end, BillingRow.charge_period_end > start)
+        .distinct()
+    )
+    for first, last in periods:
+        lo = max(int((utc_instant(first) - start) / step), 0)
+        hi = min(-(-(utc_instant(last) - start) // step), count)
+        found.update(range(lo, hi))
+    return {i for i in found if 0 <= i < count}
 
 
 def _floor(at: datetime, granularity: Granularity) -> datetime:

@@ -10,6 +10,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.alerts import Alert, AlertKind, Severity, enqueue
+from app.auth.teams import known_teams
 from app.budgets.rules.budget import (
     DEFAULT_THRESHOLDS,
     BudgetScope,
@@ -32,7 +33,6 @@ from app.domain.errors import Conflict, Invalid, NotFound
 from app.domain.money import format_micros
 from app.domain.names import unknown_name
 from app.models import Budget, Deployment
-from app.usage.teams import known_teams
 
 HISTORY_DAYS = 56
 """Days of spend before the period that the forecast learns from (eight weeks)."""

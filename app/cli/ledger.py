@@ -443,8 +443,8 @@ def check_report_scope(
     """A report of a month never allocated, or of a team nobody knows, is an error with the
     known names, not an empty table (teams are checked against the database's usage, so
     not when usage lives in a Parquet store)."""
+    from app.auth.teams import check_team
     from app.ledger.service import check_allocated
-    from app.usage.teams import check_team
 
     check_allocated(session, month)
     if team is not None and store is None:

@@ -50,11 +50,11 @@ def waste(
     unpaid draft positions, draft memory. Each finding comes with its cost in the window,
     the estimated cost over a month and the action to take. Exit status 0 with or without
     findings."""
+    from app.auth.teams import check_team
     from app.db import read_session
     from app.domain.findings import Thresholds
     from app.domain.windows import InvalidWindow, parse_window
     from app.settings import get_settings
-    from app.usage.teams import check_team
     from app.waste.schemas import waste_read
     from app.waste.service import find_waste
 

@@ -6,6 +6,7 @@ from fastapi import APIRouter, Query
 from fastapi.responses import Response
 
 from app.auth.deps import AdminDep, PrincipalDep, team_scope
+from app.auth.team_query import TeamQuery
 from app.deps import SessionDep, SettingsDep
 from app.domain.periods import Month
 from app.errors import RESPONSES_READ, ErrorBody
@@ -22,7 +23,6 @@ from app.ledger.schemas import (
     ReconciliationRead,
 )
 from app.ledger.service import close_month, closed_months
-from app.usage.team_query import TeamQuery
 
 router = APIRouter(tags=["ledger"])
 

@@ -49,6 +49,9 @@ class SlurmJob(Base):
     usage_in_tot: Mapped[dict[str, Any]] = mapped_column(JsonType)
     metered: Mapped[bool] = mapped_column(Boolean, default=False)
     """Its usage records are written (the allocation line of a job that has ended)."""
+    accrued_until: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    """While it runs: the instant its usage records are accrued to (the end of the last
+    window read); None once it has ended and its records are trued up, or if never accrued."""
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime())
 
 

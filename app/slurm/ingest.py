@@ -4,7 +4,8 @@ Each read covers a window. Without one, it resumes where the last read of the cl
 or earlier when a job seen then was still running, so a running job is read again until it
 has ended. Jobs are stored per (cluster, job, step, start): a requeued job counts once per
 run, and reading a window twice changes nothing. A finished job's allocation line becomes
-usage records (app.slurm.rules.usage); steps are kept for detail and never charged.
+usage records (app.slurm.rules.usage); a running one's accrue up to the end of the window
+read and are trued up when it has ended; steps are kept for detail and never charged.
 """
 
 import os
@@ -15,14 +16,21 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
 from app.domain.errors import Invalid, Unavailable
 from app.domain.periods import Month
-from app.models import Deployment, Replica, SlurmIngest, SlurmJob
+from app.models import Deployment, Replica, SlurmIngest, SlurmJob, UsageRecord
 from app.slurm.rules.sacct import SacctError, SacctRecord, parse_sacct, sacct_arguments
-from app.slurm.rules.usage import cluster_deployment, is_metered, usage_events
+from app.slurm.rules.usage import (
+    accrued_events,
+    accrued_seconds,
+    cluster_deployment,
+    event_ids,
+    is_metered,
+    usage_events,
+)
 from app.usage.repository import insert_usage
 
 SACCT_TIMEOUT_S = 300
@@ -96,6 +104,10 @@ class SlurmIngestReport:
     usage_records: int = 0
     gpu_seconds: int = 0
     """Of the jobs metered by this read."""
+    accrued: int = 0
+    """Running jobs whose GPU-seconds were accrued up to the end of the window read."""
+    accrued_gpu_seconds: int = 0
+    """Their GPU-seconds from their start to the end of the window read."""
     unregistered_nodes: list[str] = field(default_factory=list)
     """Nodes jobs ran on that are not replicas of the cluster's deployment: their usage is
     recorded, but no bill joins them until they are registered."""
@@ -113,6 +125,8 @@ class SlurmIngestReport:
             "never_started": self.never_started,
             "usage_records": self.usage_records,
             "gpu_seconds": self.gpu_seconds,
+            "accrued": self.accrued,
+            "accrued_gpu_seconds": self.accrued_gpu_seconds,
             "unregistered_nodes": self.unregistered_nodes,
         }
 
@@ -124,6 +138,11 @@ class SlurmIngestReport:
             f"running (read again next time), {self.never_started} never started; "
             f"{self.usage_records} usage records, {self.gpu_seconds / 3600:.2f} GPU-hours"
         )
+        if self.accrued:
+            text += (
+                f"; {self.accrued} running jobs accrued to {self.window_end:%Y-%m-%d %H:%M} "
+                f"UTC, {self.accrued_gpu_seconds / 3600:.2f} GPU-hours so far"
+            )
         if self.unregistered_nodes:
             text += (
                 f"\nwarning: nodes not registered as replicas of "
@@ -193,6 +212,7 @@ def ingest_sacct_text(
     report = SlurmIngestReport(cluster, *window, lines=len(records))
     stored = _stored(session, cluster, records)
     metered_now: list[SacctRecord] = []
+    accruing: list[tuple[SacctRecord, datetime]] = []
     for record in records:
         if record.start is None:
             report.never_started += 1
@@ -214,13 +234,31 @@ def ingest_sacct_text(
         _fill(row, record, now)
         if is_metered(record):
             row.metered = True
+            row.accrued_until = None
             metered_now.append(record)
         elif record.step is None:
             report.running += 1
+            until = max(min(window[1], now), row.accrued_until or window[0])
+            if record.gpus and accrued_seconds(record, until) > 0:
+                row.accrued_until = until
+                accruing.append((record, until))
     session.flush()
+    # The records of a job read running before (accrued) are replaced: by its accrual to
+    # this read's end, or by its final records once it has ended (the true-up).
+    replaced = [i for r in (*metered_now, *(r for r, _ in accruing)) for i in event_ids(r)]
+    for first in range(0, len(replaced), 500):
+        session.execute(
+            delete(UsageRecord).where(UsageRecord.event_id.in_(replaced[first : first + 500]))
+        )
     events = [event for record in metered_now for event in usage_events(record)]
     report.usage_records = insert_usage(session.connection(), events)
     report.gpu_seconds = sum(record.gpu_seconds() for record in metered_now)
+    accrued = [event for record, until in accruing for event in accrued_events(record, until)]
+    insert_usage(session.connection(), accrued)
+    report.accrued = len(accruing)
+    report.accrued_gpu_seconds = sum(
+        record.gpus * accrued_seconds(record, until) for record, until in accruing
+    )
     report.unregistered_nodes = _unregistered(session, cluster, records)
     session.add(
         SlurmIngest(

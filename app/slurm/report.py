@@ -1,7 +1,7 @@
 """GPU-hours and cost of a window by cluster, Slurm account (the team) and partition.
 
-GPU-hours come from the jobs' accounting (allocated GPUs x the part of their run inside the
-window); cost from the ledger's entries of the clusters' deployments, which the allocation
+GPU-hours come from the jobs' accounting (allocated GPUs x ElapsedRaw, or accrued so far for a
+running job, cut at month boundaries by largest remainder so a job's months sum to it); cost from the ledger's entries of the clusters' deployments, which the allocation
 split from the node bills. The requests of a metered server job are under its account only
 where they name no team of their own, and under the partition ``(metered requests)``;
 a node's unused GPUs are ``(idle)``.
@@ -9,16 +9,15 @@ a node's unused GPUs are ``(idle)``.
 
 from collections import defaultdict
 from dataclasses import dataclass
-from datetime import datetime
 
-from sqlalchemy import select
+from sqlalchemy import ColumnElement, func, or_, select
 from sqlalchemy.orm import Session
 
 from app.allocation.query import AllocationQuery, CostMetric, query_allocation
 from app.domain.ledger import TAG_PREFIX, CostLabel, Dimension
 from app.domain.windows import TimeWindow
 from app.models import SlurmJob
-from app.slurm.rules.usage import DEPLOYMENT_PREFIX, TAG_PARTITION
+from app.slurm.rules.usage import DEPLOYMENT_PREFIX, TAG_PARTITION, gpu_seconds_in
 
 METERED_REQUESTS = "(metered requests)"
 _PARTITION = f"{TAG_PREFIX}{TAG_PARTITION}"
@@ -86,6 +85,9 @@ def slurm_usage(
 def _gpu_seconds(
     session: Session, window: TimeWindow, team: str | None
 ) -> list[tuple[str, str, str, int, int]]:
+    """Jobs and GPU-seconds per (cluster, account, partition) inside the window: an ended
+    job's GPUs x ElapsedRaw, a running one's accrued so far, cut at month boundaries by
+    largest remainder (:func:`app.slurm.rules.usage.gpu_seconds_in`)."""
     query = select(
         SlurmJob.cluster,
         SlurmJob.account,
@@ -93,30 +95,29 @@ def _gpu_seconds(
         SlurmJob.gpus,
         SlurmJob.start_at,
         SlurmJob.end_at,
-        SlurmJob.elapsed_s,
-    ).where(
-        SlurmJob.step == "",
-        SlurmJob.metered,
-        SlurmJob.gpus > 0,
-        SlurmJob.start_at < window.end,
-        SlurmJob.end_at > window.start,
-    )
+        SlurmJob.accrued_until,
+        SlurmJob.gpu_seconds,
+    ).where(*counted_jobs(window))
     if team is not None:
         query = query.where(SlurmJob.account == team)
     sums: dict[tuple[str, str, str], list[int]] = defaultdict(lambda: [0, 0])
-    for cluster, account, partition, gpus, start, end, elapsed in session.execute(query):
+    for cluster, account, partition, gpus, start, end, accrued, total in session.execute(query):
         key = (cluster, account or CostLabel.no_team.value, partition or CostLabel.none.value)
         sums[key][0] += 1
-        if end is not None:  # metered jobs have ended
-            sums[key][1] += gpus * _inside(start, end, elapsed, window)
+        if end is None and accrued is not None:  # running: accrued to the end of a read
+            end, total = accrued, gpus * int((accrued - start).total_seconds())
+        if end is not None:
+            sums[key][1] += gpu_seconds_in(start, end, total, window)
     return [(*key, jobs, seconds) for key, (jobs, seconds) in sums.items()]
 
 
-def _inside(start: datetime, end: datetime, elapsed_s: int, window: TimeWindow) -> int:
-    """The job's elapsed seconds inside the window, pro rata of its wall time (as the
-    allocation splits it)."""
-    wall = (end - start).total_seconds()
-    if wall <= 0:
-        return elapsed_s if window.start <= start < window.end else 0
-    overlap = (min(end, window.end) - max(start, window.start)).total_seconds()
-    return round(elapsed_s * max(overlap, 0) / wall)
+def counted_jobs(window: TimeWindow) -> list[ColumnElement[bool]]:
+    """The job allocations a window's GPU-seconds count: GPU jobs that have ended (metered)
+    or are running and accrued, overlapping the window."""
+    return [
+        SlurmJob.step == "",
+        SlurmJob.gpus > 0,
+        or_(SlurmJob.metered, SlurmJob.accrued_until.is_not(None)),
+        SlurmJob.start_at < window.end,
+        func.coalesce(SlurmJob.end_at, SlurmJob.accrued_until) > window.start,
+    ]

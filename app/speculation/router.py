@@ -5,12 +5,12 @@ from typing import Annotated
 from fastapi import APIRouter
 
 from app.auth.deps import PrincipalDep, team_scope
+from app.auth.team_query import TeamQuery
 from app.deps import SessionDep, SettingsDep
 from app.errors import RESPONSES_READ
 from app.kit.http_params import WindowDep, name_query
 from app.speculation.positions import positions_report
 from app.speculation.schemas import PositionsRead, positions_read
-from app.usage.team_query import TeamQuery
 
 router = APIRouter(prefix="/speculation", tags=["speculation"])
 

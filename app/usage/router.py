@@ -5,6 +5,7 @@ from typing import Annotated
 from fastapi import APIRouter
 
 from app.auth.deps import AdminDep, PrincipalDep, team_scope
+from app.auth.team_query import TeamQuery
 from app.deps import SessionDep, SettingsDep
 from app.domain.errors import NotFound
 from app.domain.usage import SESSION_ID_MAX
@@ -20,7 +21,6 @@ from app.usage.schemas import (
     UsageBatch,
     UsageBatchResult,
 )
-from app.usage.team_query import TeamQuery
 
 router = APIRouter(tags=["usage"])
 

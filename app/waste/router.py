@@ -5,11 +5,11 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 
 from app.auth.deps import PrincipalDep, team_scope
+from app.auth.team_query import TeamQuery
 from app.deps import NowDep, SessionDep, SettingsDep
 from app.domain.findings import Thresholds
 from app.errors import RESPONSES_READ
 from app.kit.http_params import WindowDep
-from app.usage.team_query import TeamQuery
 from app.waste import service
 from app.waste.schemas import WasteRead, waste_read
 

@@ -237,6 +237,16 @@ def above_breakeven_finding(
     )
 
 
+def unused_capacity_cost(cost_micros: int, *, used_ns: int, capacity_ns: int) -> int:
+    """The part of a compute pool's cost that paid for unused GPU time: the cost times the
+    unused share of its capacity (half up to the micro); 0 without capacity. This is what
+    the pool's idle line would hold had idle not been shared to its requests."""
+    if capacity_ns <= 0 or used_ns >= capacity_ns or cost_micros <= 0:
+        return 0
+    unused = capacity_ns - max(used_ns, 0)
+    return (2 * cost_micros * unused + capacity_ns) // (2 * capacity_ns)
+
+
 def idle_findings(
     exposures: Sequence[IdleExposure], thresholds: Thresholds, *, window_seconds: float
 ) -> list[Finding]:

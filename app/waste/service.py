@@ -9,19 +9,20 @@ findings are for admin views only.
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import ColumnElement, func, select
+from sqlalchemy import ColumnElement, case, func, select
 from sqlalchemy.orm import Session
 
 from app.breakeven.rules.curve import BreakevenCurve
 from app.breakeven.service import breakeven_curves
+from app.db import utc_instant
 from app.domain.findings import AcceptanceGroup, Finding, Scope, Thresholds
-from app.domain.ledger import CostLabel, EntryKind
+from app.domain.ledger import COMPUTE_METHODS, CostLabel, EntryKind
 from app.domain.windows import TimeWindow
 from app.engine_health.draft_memory import draft_memory_findings
-from app.models import Deployment, LedgerEntry, LedgerRollup, Replica, UsageRecord
+from app.models import BillingRow, Deployment, LedgerEntry, LedgerRollup, Replica, UsageRecord
 from app.speculation.positions import unpaid_position_findings
 from app.storage.entry_reader import EntryReader, WindowPart, places, window_readers
 from app.storage.run_repository import current_run_ids
@@ -31,6 +32,7 @@ from app.waste.rules import (
     above_breakeven_finding,
     idle_findings,
     low_acceptance_findings,
+    unused_capacity_cost,
 )
 
 
@@ -64,7 +66,7 @@ def find_waste(
     ) as parts:
         groups = _acceptance(parts, window, team)
         above = _above_breakeven(parts, curves, window, team)
-        idle = _idle_by_deployment(parts) if team is None else {}
+        idle = _idle_by_deployment(session, parts) if team is None else {}
         unpaid = unpaid_position_findings(
             session,
             parts,
@@ -150,12 +152,16 @@ def _above_breakeven(
     return above
 
 
-def _idle_by_deployment(parts: Sequence[WindowPart]) -> dict[str, tuple[int, int]]:
+def _idle_by_deployment(
+    session: Session, parts: Sequence[WindowPart]
+) -> dict[str, tuple[int, int]]:
     idle: dict[str, tuple[int, int]] = {}
     for part in parts:
-        for deployment, (part_idle, part_total) in _idle_totals(
-            part.reader, part.start, part.end
-        ).items():
+        totals = _idle_totals(part.reader, part.start, part.end)
+        for deployment, shared in _shared_idle(session, part.reader, part.start, part.end).items():
+            known_idle, known_total = totals.get(deployment, (0, 0))
+            totals[deployment] = (known_idle + shared, known_total)
+        for deployment, (part_idle, part_total) in totals.items():
             known_idle, known_total = idle.get(deployment, (0, 0))
             idle[deployment] = (known_idle + part_idle, known_total + part_total)
     return idle
@@ -355,6 +361,78 @@ def _idle_totals(reader: EntryReader, start: datetime, end: datetime) -> dict[st
         is_idle = str(kind) == EntryKind.idle
         totals[str(deployment)] = (idle + (amount if is_idle else 0), total + amount)
     return totals
+
+
+def _shared_idle(
+    session: Session, reader: EntryReader, start: datetime, end: datetime
+) -> dict[str, int]:
+    """Per deployment: the cost of the unused GPU capacity of compute pools that have no
+    idle line because idle was shared to their requests (``--share-idle``), so the idle
+    finding does not vanish with the sharing: each such pool's cost times its unused share
+    of GPUs x charge period (the pool's replica's GPUs, found by its first row's
+    ResourceId, else the deployment's)."""
+    is_idle = LedgerEntry.kind == EntryKind.idle
+    is_request = LedgerEntry.kind == EntryKind.request
+    pools = [
+        (str(deployment), int(pool), first, last, int(cost or 0), int(used or 0))
+        for deployment, pool, first, last, cost, used, idle_entries in reader.rows(
+            select(
+                LedgerEntry.deployment,
+                LedgerEntry.pool_id,
+                LedgerEntry.charge_period_start,
+                LedgerEntry.charge_period_end,
+                func.sum(case((is_request, LedgerEntry.effective_cost_micros), else_=0)),
+                func.sum(case((is_request, LedgerEntry.gpu_ns), else_=0)),
+                func.sum(case((is_idle, 1), else_=0)),
+            )
+            .where(
+                LedgerEntry.run_id.in_(current_run_ids()),
+                LedgerEntry.charge_period_start >= start,
+                LedgerEntry.charge_period_start < end,
+                LedgerEntry.kind.in_((EntryKind.request, EntryKind.idle)),
+                LedgerEntry.method.in_(COMPUTE_METHODS),
+                LedgerEntry.deployment.is_not(None),
+                LedgerEntry.pool_id.is_not(None),
+            )
+            .group_by(
+                LedgerEntry.deployment,
+                LedgerEntry.pool_id,
+                LedgerEntry.charge_period_start,
+                LedgerEntry.charge_period_end,
+            )
+        )
+        if not idle_entries and first is not None and last is not None
+    ]
+    if not pools:
+        return {}
+    by_resource: dict[str, int] = {}
+    by_deployment: dict[str, int] = {}
+    for name, resource, gpus in session.execute(
+        select(Deployment.name, Replica.resource_id, Replica.gpus).join(
+            Deployment, Deployment.id == Replica.deployment_id
+        )
+    ):
+        by_deployment[name] = by_deployment.get(name, 0) + int(gpus)
+        if resource:
+            by_resource[resource] = int(gpus)
+    resources = dict(
+        session.execute(
+            select(BillingRow.id, BillingRow.resource_id).where(
+                BillingRow.id.in_(sorted({pool for _, pool, *_ in pools}))
+            )
+        ).all()
+    )
+    shared: dict[str, int] = {}
+    for deployment, pool, first, last, cost, used in pools:
+        resource = resources.get(pool)
+        gpus = by_resource.get(resource, 0) if resource else 0
+        gpus = gpus or by_deployment.get(deployment, 0)
+        seconds_ns = (utc_instant(last) - utc_instant(first)) // timedelta(microseconds=1) * 1000
+        capacity = gpus * seconds_ns
+        shared[deployment] = shared.get(deployment, 0) + unused_capacity_cost(
+            cost, used_ns=used, capacity_ns=capacity
+        )
+    return shared
 
 
 def _idle_exposures(session: Session, totals: dict[str, tuple[int, int]]) -> list[IdleExposure]:

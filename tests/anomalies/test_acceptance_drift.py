@@ -60,3 +60,20 @@ def test_buckets_without_drafts_carry_no_evidence_and_a_thin_baseline_is_refused
     assert detect_drop(_series([0.7, 0.71, 0.69]) + quiet, baseline=3) is None
     with pytest.raises(InvalidInput, match="at least 3 buckets"):
         detect_drop(quiet, baseline=10)
+
+
+def test_an_alarm_needs_a_real_fall_of_the_tokens_acceptance():
+    """Light buckets at 30% carry the median-based CUSUM over its threshold while the heavy
+    ones hold the tokens' acceptance at 49%: no "fell from 49% to 49%"."""
+    baseline = [AcceptanceBucket(accepted=490, drafted=1000)] * 10
+    later = [AcceptanceBucket(3, 10), AcceptanceBucket(49_000, 100_000)] * 10
+    assert detect_drop(baseline + later, baseline=10) is None
+    flat = detect_drop(baseline + later, baseline=10, min_drop=1e-9)
+    assert flat is not None  # what used to be reported
+    assert f"{flat.baseline_rate:.0%}" == f"{flat.recent_rate:.0%}" == "49%"
+    fell = [AcceptanceBucket(3, 10), AcceptanceBucket(45_000, 100_000)] * 10
+    alarm = detect_drop(baseline + fell, baseline=10)
+    assert alarm is not None
+    assert alarm.baseline_rate - alarm.recent_rate >= 0.01
+    with pytest.raises(InvalidInput, match="min_drop"):
+        detect_drop(baseline + later, baseline=10, min_drop=0)

@@ -1,8 +1,8 @@
 """Accounting from the real single-node Slurm (scripts/ensure_slurm.sh): GPU jobs of two
 accounts, a job array, a cancelled job and a job still running at ingest time, read with
 ``sacct`` into the ledger. GPU-seconds are checked against the GPUs and ElapsedRaw that
-Slurm itself reports, a second read changes nothing, the running job is metered once it has
-ended, and the month reconciles to the cluster's derived bill to the micro."""
+Slurm itself reports, a second read changes nothing, the running job accrues up to each read
+and is trued up once it has ended, and the month reconciles to the cluster's derived bill to the micro."""
 
 import time
 from datetime import UTC, datetime
@@ -85,11 +85,14 @@ def test_real_jobs_reach_the_ledger_and_the_month_reconciles(
 
     first = read(month.start)
     assert first["running"] >= 1
-    assert _job_usage(session, running) == []
     row = session.scalars(
         select(SlurmJob).where(SlurmJob.job == running, SlurmJob.step == "")
     ).one()
     assert (row.state, row.end_at, row.metered) == ("RUNNING", None, False)
+    # Accrued from its start to the end of the window read, at its one GPU.
+    assert row.accrued_until is not None
+    accrued_s = int((row.accrued_until - row.start_at).total_seconds())
+    assert _job_usage(session, running) == [("search", accrued_s * 10**9)]
     for role, job in finished.items():
         account, gpus, elapsed = _slurm_says(slurm, job)
         assert _job_usage(session, job) == [(account, gpus * elapsed * 10**9)], role

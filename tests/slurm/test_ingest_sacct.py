@@ -158,12 +158,15 @@ def test_jobs_become_usage_once_and_a_running_job_when_it_ends(session: Session)
     first = _ingest(session, *JOBS, RUNNING)
     assert (first["jobs_new"], first["running"], first["usage_records"]) == (8, 1, 5)
     assert first["gpu_seconds"] == 2 * 3600 + 3 * 1800 + 600
+    # The running job accrues from its start (11:00) to the end of the window read (12:00).
+    assert (first["accrued"], first["accrued_gpu_seconds"]) == (1, 2 * 3600)
     assert _gpu_ns(session) == {
         "specledger:2": 2 * 3600 * 10**9,
         "specledger:3_0": 1800 * 10**9,
         "specledger:3_1": 1800 * 10**9,
         "specledger:3_2": 1800 * 10**9,
         "specledger:6": 600 * 10**9,
+        "specledger:8": 2 * 3600 * 10**9,
     }
     again = _ingest(session, *JOBS, RUNNING)
     assert (again["jobs_new"], again["jobs_updated"], again["usage_records"]) == (0, 0, 0)

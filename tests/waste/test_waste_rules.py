@@ -2,6 +2,7 @@
 correlated traffic), monthly scaling, k advice, the three finders."""
 
 import math
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -27,6 +28,7 @@ from app.waste.rules import (
     idle_findings,
     low_acceptance_findings,
     suggested_k,
+    unused_capacity_cost,
     wilson_interval,
 )
 
@@ -271,3 +273,18 @@ def test_one_request_bounds_nothing_and_a_flat_sample_keeps_the_wilson_width() -
     assert acceptance_interval(one, confidence=0.95) == (0.0, 1.0)
     flat = group(400, 100, requests=4)  # no spread given: the token-level bound remains
     assert acceptance_interval(flat, confidence=0.95) == wilson_interval(100, 400, confidence=0.95)
+
+
+@given(
+    cost=st.integers(0, 10**12),
+    used=st.integers(0, 10**15),
+    capacity=st.integers(1, 10**15),
+)
+def test_unused_capacity_cost_is_the_unused_share_of_the_cost(
+    cost: int, used: int, capacity: int
+) -> None:
+    part = unused_capacity_cost(cost, used_ns=used, capacity_ns=capacity)
+    exact = Fraction(cost * max(capacity - used, 0), capacity)
+    assert abs(part - exact) <= Fraction(1, 2)
+    assert 0 <= part <= cost
+    assert unused_capacity_cost(cost, used_ns=used, capacity_ns=0) == 0

@@ -22,6 +22,8 @@ from app.domain.errors import InvalidInput
 MAD_TO_SD = 1.4826
 SCALE_FLOOR = 0.01
 """A baseline that never varied is taken to vary by one point of acceptance."""
+MIN_DROP = 0.01
+"""The least fall of token-weighted acceptance (one point) that an alarm reports."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,16 +55,23 @@ def detect_drop(
     k: float = 0.5,
     h: float = 9.0,
     min_drafted: int = 1,
+    min_drop: float = MIN_DROP,
 ) -> DriftAlarm | None:
     """The first alarm of a downward CUSUM after the first ``baseline`` buckets.
 
     Buckets that drafted fewer than ``min_drafted`` tokens carry no evidence and are skipped.
+    An alarm is a real change only when the acceptance since the change (token-weighted)
+    is at least ``min_drop`` below the baseline's: the CUSUM runs on the buckets' median
+    and spread, and a few light buckets can carry it over ``h`` while the tokens'
+    acceptance did not move ("fell from 49% to 49%"); it then keeps watching.
 
     Raises:
         InvalidInput: For a baseline with fewer than three usable buckets, or bad k or h.
     """
     if k < 0 or h <= 0:
         raise InvalidInput(f"k must be >= 0 and h > 0, got k={k}, h={h}")
+    if not 0 < min_drop < 1:
+        raise InvalidInput(f"min_drop must lie in (0, 1), got {min_drop}")
     usable = [b.rate for b in buckets[:baseline] if b.drafted >= min_drafted and b.rate is not None]
     if len(usable) < 3:
         raise InvalidInput(
@@ -86,6 +95,8 @@ def detect_drop(
             after = buckets[left_zero:]
             drafted = sum(b.drafted for b in after)
             recent = sum(b.accepted for b in after) / drafted if drafted else math.nan
+            if not base_accepted / base_drafted - recent >= min_drop:
+                continue
             return DriftAlarm(
                 alarm_index=index,
                 change_index=left_zero,

@@ -1,4 +1,5 @@
-"""The teams SpecLedger knows: those with usage and those that hold API keys."""
+"""The teams SpecLedger knows: those with usage and those that hold API keys (what a key or a
+report may name)."""
 
 from sqlalchemy import select, text
 from sqlalchemy.orm import Session

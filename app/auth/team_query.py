@@ -8,9 +8,9 @@ from typing import Annotated
 from fastapi import Depends
 
 from app.auth.deps import PrincipalDep
+from app.auth.teams import check_team
 from app.deps import SessionDep, SettingsDep
 from app.kit.http_params import name_query
-from app.usage.teams import check_team
 
 
 def known_team(
