@@ -7,6 +7,7 @@ from fastapi import APIRouter
 from app.auth.deps import AdminDep, PrincipalDep, team_scope
 from app.auth.team_query import TeamQuery
 from app.deps import SessionDep, SettingsDep
+from app.domain import measures
 from app.domain.errors import NotFound
 from app.domain.usage import SESSION_ID_MAX
 from app.errors import RESPONSES_READ, ErrorBody
@@ -38,6 +39,7 @@ def post_usage_events(body: UsageBatch, session: SessionDep, _admin: AdminDep) -
 
 def _session_read(summary: service.SessionSummary) -> SessionRead:
     seconds = summary.session_ns / 1e9
+    unit_cost = measures.unit_cost_micros(summary.effective_micros, seconds, 1e3)
     return SessionRead(
         session_id=summary.session_id,
         team=summary.team,
@@ -45,20 +47,16 @@ def _session_read(summary: service.SessionSummary) -> SessionRead:
         last_finish=summary.last_finish,
         requests=summary.requests,
         deployments=summary.deployments,
-        session_seconds=round(seconds, 6),
-        gpu_seconds=round(summary.gpu_ns / 1e9, 6),
+        session_seconds=measures.seconds(summary.session_ns),
+        gpu_seconds=measures.seconds(summary.gpu_ns),
         prompt_tokens=summary.prompt_tokens,
         completion_tokens=summary.completion_tokens,
         draft_tokens=summary.draft_tokens,
         accepted_tokens=summary.accepted_tokens,
-        acceptance_rate=round(summary.accepted_tokens / summary.draft_tokens, 4)
-        if summary.draft_tokens
-        else None,
+        acceptance_rate=measures.acceptance_rate(summary.accepted_tokens, summary.draft_tokens),
         effective_cost=money(summary.effective_micros),
         billed_cost=money(summary.billed_micros),
-        cost_per_1k_session_seconds=money(round(summary.effective_micros * 1000 / seconds))
-        if seconds > 0
-        else None,
+        cost_per_1k_session_seconds=None if unit_cost is None else money(unit_cost),
     )
 
 
@@ -130,7 +128,7 @@ def get_session_detail(
                 completion_tokens=r.record.completion_tokens,
                 draft_tokens=r.record.draft_tokens,
                 accepted_tokens=r.record.accepted_tokens,
-                gpu_seconds=round(r.record.gpu_ns / 1e9, 6),
+                gpu_seconds=measures.seconds(r.record.gpu_ns),
                 concurrency=r.record.concurrency,
                 status=r.record.status,
                 effective_cost=money(r.effective_micros),
