@@ -389,7 +389,7 @@ def _settle_duplicates(
                 )
                 continue
             fix = (
-                "the two come from this one input: load them apart"
+                "both are in this input (the same charges under two sources): load one"
                 if other_id in written
                 else f"to replace it, load again with --replace; or remove it first "
                 f"(`specledger billing deliveries remove {other_id}`)"

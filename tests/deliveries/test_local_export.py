@@ -18,13 +18,20 @@ runner = CliRunner()
 EXPORT = "focus-export"
 
 
-def _deliver(root: Path, period: str, execution: str, rows: list[dict[str, str]], age: int) -> Path:
-    data = root / EXPORT / "data" / period / execution / f"{EXPORT}-00001.csv.gz"
+def _deliver(
+    root: Path,
+    period: str,
+    execution: str,
+    rows: list[dict[str, str]],
+    age: int,
+    export: str = EXPORT,
+) -> Path:
+    data = root / export / "data" / period / execution / f"{export}-00001.csv.gz"
     data.parent.mkdir(parents=True)
     data.write_bytes(gzip.compress(focus_csv_text(rows).encode()))
-    manifest = root / EXPORT / "metadata" / period / execution / f"{EXPORT}-Manifest.json"
+    manifest = root / export / "metadata" / period / execution / f"{export}-Manifest.json"
     manifest.parent.mkdir(parents=True)
-    key = f"exports/{EXPORT}/data/{period}/{execution}/{EXPORT}-00001.csv.gz"
+    key = f"exports/{export}/data/{period}/{execution}/{export}-00001.csv.gz"
     manifest.write_text(json.dumps({"dataFiles": [f"s3://acme-billing/{key}"]}))
     stamp = 1_790_000_000 - age
     os.utime(manifest, (stamp, stamp))
@@ -77,4 +84,21 @@ def test_a_manifest_listing_a_missing_file_writes_nothing(
     assert "listed file s3://b/x/focus-export/data/gone.csv is not in the folder" in " ".join(
         result.stderr.split()
     )
+    assert _descriptions(engine) == []
+
+
+def test_two_exports_of_the_same_charges_in_one_folder_are_refused(
+    engine: Engine, cli_env: str, tmp_path: Path
+) -> None:
+    root = tmp_path / "synced"
+    rows = [focus_row(hour=h) for h in range(2)]
+    _deliver(root, "BILLING_PERIOD=2026-10", "exec-1", rows, age=60)
+    _deliver(root, "BILLING_PERIOD=2026-10", "exec-1", rows, age=60, export="focus-copy")
+
+    result = runner.invoke(app, ["ingest", "billing", str(root)])
+
+    assert result.exit_code == 2
+    message = " ".join(result.stderr.split())
+    assert "2 of its 2 charges for billing period 2026-10 are already loaded" in message
+    assert "both are in this input" in message
     assert _descriptions(engine) == []
