@@ -40,7 +40,7 @@ from ingest.normalize import NormalisedFile, NormaliseOptions, normalise_file
 from ingest.readers import RawFile, read_billing_file
 from ingest.report import NO_CURRENCY, CostTotals, FileReport, IngestReport, PeriodReport
 from ingest.sources.base import SourceBatch, SourceFile
-from ingest.sources.files import discover_files
+from ingest.sources.files import discover_files, discover_local_export
 from ingest.sources.s3 import discover_s3
 
 ProgressHook = Callable[[str, int, int], None]
@@ -143,7 +143,7 @@ def ingest_billing(
                 source=options.source,
             )
         else:
-            batches = [discover_files(Path(location), source=options.source)]
+            batches = _local_batches(Path(location), options.source, report)
         files, problems = _read_files(batches, options.normalise, report, progress)
         now = datetime.now(UTC)
         with _transaction(bind) as conn:
@@ -187,6 +187,19 @@ def ingest_billing(
     if progress:
         progress("done", 1, 1)
     return report
+
+
+def _local_batches(path: Path, source: str | None, report: IngestReport) -> list[SourceBatch]:
+    """A file or folder; a copy of an AWS Data Export by its newest manifests."""
+    export = discover_local_export(path, source=source)
+    if export is None:
+        return [discover_files(path, source=source)]
+    if export.skipped:
+        report.warnings.append(
+            f"{path}: {len(export.skipped)} billing file(s) that no newest AWS Data Exports "
+            f"manifest lists were skipped (older refreshes or strays), e.g. {export.skipped[0]}"
+        )
+    return export.batches
 
 
 @contextmanager
@@ -376,7 +389,7 @@ def _settle_duplicates(
                 )
                 continue
             fix = (
-                "the two come from this one input: load them apart"
+                "both are in this input (the same charges under two sources): load one"
                 if other_id in written
                 else f"to replace it, load again with --replace; or remove it first "
                 f"(`specledger billing deliveries remove {other_id}`)"

@@ -1,9 +1,37 @@
 """What a billing source hands to ingest: batches of local files, one batch per delivery."""
 
 import hashlib
+import json
+import re
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+
+from ingest.errors import IngestError, Problem
+
+MANIFEST_PATH = re.compile(
+    r"^(?P<export_path>(?:.*/)?(?P<export>[^/]+))/metadata/billing_period=(?P<period>\d{4}-\d{2})"
+    r"/(?:.*/)?(?P<name>[^/]+)-manifest\.json$",
+    re.IGNORECASE,
+)
+"""Where AWS Data Exports writes a manifest: ``<export>/metadata/BILLING_PERIOD=YYYY-MM/...
+/<export>-Manifest.json`` (the ``name`` must equal the ``export``)."""
+
+
+def manifest_entries(body: bytes, where: str) -> list[str]:
+    """The data files a manifest lists (``s3://`` URIs or keys).
+
+    Raises:
+        IngestError: If the manifest is not a JSON object or lists no files.
+    """
+    try:
+        parsed = json.loads(body)
+        listed = parsed.get("dataFiles") or parsed.get("reportKeys") or []
+    except (json.JSONDecodeError, AttributeError, UnicodeDecodeError):
+        raise IngestError([Problem(where, "the manifest is not a JSON object")]) from None
+    if not listed:
+        raise IngestError([Problem(where, "the manifest lists no dataFiles")])
+    return [str(entry) for entry in listed]
 
 
 @dataclass(frozen=True, slots=True)

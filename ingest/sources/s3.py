@@ -6,8 +6,6 @@ folder can hold several refreshes, so the folder is never globbed: only the file
 the newest manifest of each billing period are read.
 """
 
-import json
-import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
@@ -19,13 +17,9 @@ import boto3
 from botocore.exceptions import BotoCoreError, ClientError
 
 from ingest.errors import IngestError, Problem
-from ingest.sources.base import SourceBatch, SourceFile, sha256_of
+from ingest.sources.base import MANIFEST_PATH, SourceBatch, SourceFile, manifest_entries, sha256_of
 
-_MANIFEST = re.compile(
-    r"^(?P<export_path>(?:.*/)?(?P<export>[^/]+))/metadata/billing_period=(?P<period>\d{4}-\d{2})"
-    r"/(?:.*/)?(?P<name>[^/]+)-manifest\.json$",
-    re.IGNORECASE,
-)
+_MANIFEST = MANIFEST_PATH
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,12 +88,7 @@ def _download(
 ) -> SourceBatch:
     manifest_uri = f"s3://{bucket}/{manifest.key}"
     body = client.get_object(Bucket=bucket, Key=manifest.key)["Body"].read()
-    try:
-        listed = json.loads(body).get("dataFiles") or json.loads(body).get("reportKeys") or []
-    except (json.JSONDecodeError, AttributeError):
-        raise IngestError([Problem(manifest_uri, "the manifest is not a JSON object")]) from None
-    if not listed:
-        raise IngestError([Problem(manifest_uri, "the manifest lists no dataFiles")])
+    listed = manifest_entries(body, manifest_uri)
     files = []
     target = download_dir / manifest.export_path / manifest.period
     target.mkdir(parents=True, exist_ok=True)
