@@ -38,8 +38,10 @@ interval. Correlation between draft steps is inside a request, so it is covered 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Protocol, TypeVar
 
 from app.domain.errors import InvalidInput
+from app.domain.windows import TimeWindow
 
 SECONDS_PER_MONTH = 365.25 / 12 * 86_400
 """An average calendar month, for monthly estimates."""
@@ -144,3 +146,39 @@ def monthly(amount_micros: int, window_seconds: float) -> int:
     if window_seconds <= 0:
         raise InvalidInput(f"window must be positive, got {window_seconds} s")
     return round(amount_micros * SECONDS_PER_MONTH / window_seconds)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FindingInputs:
+    """What every finding source of a window is given: the window, whose view, the
+    thresholds, and the measures that several sources share (gathered once)."""
+
+    window: TimeWindow
+    team: str | None
+    """A team's view (its own requests only), or None for the admin view."""
+    thresholds: Thresholds
+    observed_seconds: float
+    """The part of the window that has passed: the basis of the monthly estimates."""
+    acceptance: Mapping[Scope, Mapping[str, AcceptanceGroup]]
+    """Speculative requests per scope and key, priced."""
+    idle: Mapping[str, tuple[int, int]]
+    """Per deployment, (idle, idle + request) effective cost; empty in a team's view."""
+
+
+Readers = TypeVar("Readers", contravariant=True)
+
+
+class FindingSource(Protocol[Readers]):
+    """A producer of waste findings, living in its feature and registered with the waste
+    report (``SOURCES`` in :mod:`app.waste.sources`). ``Readers`` is where it reads the
+    window (the waste report's: :class:`app.storage.entry_reader.LedgerReaders`)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def kinds(self) -> frozenset[FindingKind]:
+        """The kinds of finding it produces (each kind has one source)."""
+        ...
+
+    def find(self, inputs: FindingInputs, readers: Readers) -> list[Finding]: ...

@@ -1,5 +1,5 @@
 """Draft-model memory per deployment: measured from two vLLM start-up logs, stored, listed,
-and priced into the waste report (:func:`draft_memory_findings`)."""
+and priced into the waste report (:class:`DraftMemorySource`)."""
 
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -11,8 +11,9 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.breakeven.rules.curve import BreakevenCurve
+from app.breakeven.service import breakeven_curves
 from app.deployments.service import get_deployment
-from app.domain.findings import AcceptanceGroup, Finding
+from app.domain.findings import AcceptanceGroup, Finding, FindingInputs, FindingKind, Scope
 from app.engine_health.rules.engine_memory import (
     GIB,
     MODEL_FREE_METHODS,
@@ -25,6 +26,7 @@ from app.engine_health.rules.engine_memory import (
     parse_startup_log,
 )
 from app.models import Deployment, EngineMemory, SweepPointRecord
+from app.storage.entry_reader import LedgerReaders
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,6 +164,25 @@ def list_draft_memory(session: Session, *, latest_only: bool = False) -> list[Me
         sources = row.figures.get("sources", {}) if isinstance(row.figures, dict) else {}
         found.append(Measurement(row.id, name, row.measured_at, _memory(row), sources))
     return found
+
+
+class DraftMemorySource:
+    """The waste report's source of ``draft_memory`` findings: admin views only (a
+    deployment's GPU cost includes its idle time, which belongs to no team)."""
+
+    name = "draft memory"
+    kinds = frozenset({FindingKind.draft_memory})
+
+    def find(self, inputs: FindingInputs, readers: LedgerReaders) -> list[Finding]:
+        if inputs.team is not None:
+            return []
+        return draft_memory_findings(
+            readers.session,
+            gpu_cost={name: total for name, (_, total) in inputs.idle.items()},
+            acceptance=inputs.acceptance[Scope.deployment],
+            curves=breakeven_curves(readers.session),
+            window_seconds=inputs.observed_seconds,
+        )
 
 
 def draft_memory_findings(

@@ -6,22 +6,23 @@ has ended. Jobs are stored per (cluster, job, step, start): a requeued job count
 run, and reading a window twice changes nothing. A finished job's allocation line becomes
 usage records (app.slurm.rules.usage); a running one's accrue up to the end of the window
 read and are trued up when it has ended; steps are kept for detail and never charged.
+The reads go through the batch usage source interface (:mod:`app.usage.batch`).
 """
 
 import os
 import shlex
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import delete, func, select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from app.domain.errors import Invalid, Unavailable
 from app.domain.periods import Month
-from app.models import Deployment, Replica, SlurmIngest, SlurmJob, UsageRecord
+from app.models import Deployment, Replica, SlurmIngest, SlurmJob
 from app.slurm.rules.sacct import SacctError, SacctRecord, parse_sacct, sacct_arguments
 from app.slurm.rules.usage import (
     accrued_events,
@@ -31,7 +32,7 @@ from app.slurm.rules.usage import (
     is_metered,
     usage_events,
 )
-from app.usage.repository import insert_usage
+from app.usage.batch import UsageBatch, Window, ingest_window, store_read
 
 SACCT_TIMEOUT_S = 300
 RESUME_OVERLAP = timedelta(minutes=5)
@@ -152,6 +153,113 @@ class SlurmIngestReport:
         return text
 
 
+class SacctSource:
+    """One cluster's ``sacct`` output as a batch usage source
+    (:class:`app.usage.batch.BatchUsageSource`); :attr:`report` says what the last read
+    found."""
+
+    def __init__(
+        self, cluster: str, read_text: Callable[[datetime, datetime], str], *, source: str
+    ) -> None:
+        self.cluster = cluster
+        self.name = source
+        self._read_text = read_text
+        self._records: list[SacctRecord] = []
+        self._report: SlurmIngestReport | None = None
+
+    @property
+    def report(self) -> SlurmIngestReport:
+        if self._report is None:
+            raise RuntimeError("nothing was read")
+        return self._report
+
+    def resume_point(self, session: Session, *, now: datetime) -> datetime:
+        return resume_point(session, self.cluster, now=now)
+
+    def read(self, session: Session, window: Window, *, now: datetime) -> UsageBatch:
+        """Keep the window's jobs (per cluster, job, step and start) and yield the usage of
+        those metered now, the accrual of those running, and the records both replace."""
+        cluster, source = self.cluster, self.name
+        try:
+            records = parse_sacct(self._read_text(*window), source=source, cluster=cluster)
+        except SacctError as exc:
+            raise InvalidSacct(str(exc)) from None
+        foreign = sorted({r.cluster for r in records} - {cluster})
+        if foreign:
+            raise InvalidSacct(
+                f"{source}: lines of cluster(s) {', '.join(foreign)}, expected only {cluster!r}"
+            )
+        report = SlurmIngestReport(cluster, *window, lines=len(records))
+        stored = _stored(session, cluster, records)
+        metered_now: list[SacctRecord] = []
+        accruing: list[tuple[SacctRecord, datetime]] = []
+        for record in records:
+            if record.start is None:
+                report.never_started += 1
+                continue
+            key = (record.job, record.step or "", record.start)
+            row = stored.get(key)
+            if row is not None and row.metered:
+                report.unchanged += 1
+                continue
+            if row is None:
+                row = SlurmJob(
+                    cluster=cluster, job=record.job, step=record.step or "", metered=False
+                )
+                session.add(row)
+                stored[key] = row
+                report.jobs_new += 1
+            elif _changed(row, record):
+                report.jobs_updated += 1
+            else:
+                report.unchanged += 1
+            _fill(row, record, now)
+            if is_metered(record):
+                row.metered = True
+                row.accrued_until = None
+                metered_now.append(record)
+            elif record.step is None:
+                report.running += 1
+                until = max(min(window[1], now), row.accrued_until or window[0])
+                if record.gpus and accrued_seconds(record, until) > 0:
+                    row.accrued_until = until
+                    accruing.append((record, until))
+        session.flush()
+        report.gpu_seconds = sum(record.gpu_seconds() for record in metered_now)
+        report.accrued = len(accruing)
+        report.accrued_gpu_seconds = sum(
+            record.gpus * accrued_seconds(record, until) for record, until in accruing
+        )
+        self._records, self._report = records, report
+        # The records of a job read running before (accrued) are replaced: by its accrual
+        # to this read's end, or by its final records once it has ended (the true-up).
+        return UsageBatch(
+            final=[event for record in metered_now for event in usage_events(record)],
+            provisional=[
+                event for record, until in accruing for event in accrued_events(record, until)
+            ],
+            replaces=[i for r in (*metered_now, *(r for r, _ in accruing)) for i in event_ids(r)],
+        )
+
+    def done(self, session: Session, window: Window, *, stored: int, now: datetime) -> None:
+        report = self.report
+        report.usage_records = stored
+        report.unregistered_nodes = _unregistered(session, self.cluster, self._records)
+        session.add(
+            SlurmIngest(
+                cluster=self.cluster,
+                window_start=window[0],
+                window_end=window[1],
+                ran_at=now,
+                lines=report.lines,
+                jobs_new=report.jobs_new,
+                jobs_updated=report.jobs_updated,
+                usage_records=report.usage_records,
+            )
+        )
+        session.flush()
+
+
 def ingest_slurm(
     session: Session,
     *,
@@ -163,14 +271,9 @@ def ingest_slurm(
 ) -> SlurmIngestReport:
     """Read the cluster's accounting for ``[since, until)`` (defaults in the module
     docstring; a first read starts at the month's start) and store it."""
-    start = since if since is not None else resume_point(session, cluster, now=now)
-    end = until if until is not None else now
-    if end <= start:
-        raise Invalid(f"the window is empty: {start.isoformat()} to {end.isoformat()}")
-    text = command.run(start, end)
-    return ingest_sacct_text(
-        session, text, source=f"sacct on {cluster}", cluster=cluster, window=(start, end), now=now
-    )
+    source = SacctSource(cluster, command.run, source=f"sacct on {cluster}")
+    ingest_window(session, source, since=since, until=until, now=now)
+    return source.report
 
 
 def resume_point(session: Session, cluster: str, *, now: datetime) -> datetime:
@@ -200,80 +303,9 @@ def ingest_sacct_text(
 ) -> SlurmIngestReport:
     """Store ``sacct --parsable2`` output (with its header). A bad line rejects the whole
     output, naming the line and field, and nothing is written."""
-    try:
-        records = parse_sacct(text, source=source, cluster=cluster)
-    except SacctError as exc:
-        raise InvalidSacct(str(exc)) from None
-    foreign = sorted({r.cluster for r in records} - {cluster})
-    if foreign:
-        raise InvalidSacct(
-            f"{source}: lines of cluster(s) {', '.join(foreign)}, expected only {cluster!r}"
-        )
-    report = SlurmIngestReport(cluster, *window, lines=len(records))
-    stored = _stored(session, cluster, records)
-    metered_now: list[SacctRecord] = []
-    accruing: list[tuple[SacctRecord, datetime]] = []
-    for record in records:
-        if record.start is None:
-            report.never_started += 1
-            continue
-        key = (record.job, record.step or "", record.start)
-        row = stored.get(key)
-        if row is not None and row.metered:
-            report.unchanged += 1
-            continue
-        if row is None:
-            row = SlurmJob(cluster=cluster, job=record.job, step=record.step or "", metered=False)
-            session.add(row)
-            stored[key] = row
-            report.jobs_new += 1
-        elif _changed(row, record):
-            report.jobs_updated += 1
-        else:
-            report.unchanged += 1
-        _fill(row, record, now)
-        if is_metered(record):
-            row.metered = True
-            row.accrued_until = None
-            metered_now.append(record)
-        elif record.step is None:
-            report.running += 1
-            until = max(min(window[1], now), row.accrued_until or window[0])
-            if record.gpus and accrued_seconds(record, until) > 0:
-                row.accrued_until = until
-                accruing.append((record, until))
-    session.flush()
-    # The records of a job read running before (accrued) are replaced: by its accrual to
-    # this read's end, or by its final records once it has ended (the true-up).
-    replaced = [i for r in (*metered_now, *(r for r, _ in accruing)) for i in event_ids(r)]
-    for first in range(0, len(replaced), 500):
-        session.execute(
-            delete(UsageRecord).where(UsageRecord.event_id.in_(replaced[first : first + 500]))
-        )
-    events = [event for record in metered_now for event in usage_events(record)]
-    report.usage_records = insert_usage(session.connection(), events)
-    report.gpu_seconds = sum(record.gpu_seconds() for record in metered_now)
-    accrued = [event for record, until in accruing for event in accrued_events(record, until)]
-    insert_usage(session.connection(), accrued)
-    report.accrued = len(accruing)
-    report.accrued_gpu_seconds = sum(
-        record.gpus * accrued_seconds(record, until) for record, until in accruing
-    )
-    report.unregistered_nodes = _unregistered(session, cluster, records)
-    session.add(
-        SlurmIngest(
-            cluster=cluster,
-            window_start=window[0],
-            window_end=window[1],
-            ran_at=now,
-            lines=report.lines,
-            jobs_new=report.jobs_new,
-            jobs_updated=report.jobs_updated,
-            usage_records=report.usage_records,
-        )
-    )
-    session.flush()
-    return report
+    read = SacctSource(cluster, lambda start, end: text, source=source)
+    store_read(session, read, window, now=now)
+    return read.report
 
 
 def _stored(

@@ -26,7 +26,7 @@ from sqlalchemy.orm import Session
 
 from app.breakeven.rules.model import StepTimeModel
 from app.breakeven.service import BreakevenError, list_sweeps, read_stored_fit
-from app.domain.findings import Finding
+from app.domain.findings import Finding, FindingInputs, FindingKind
 from app.domain.windows import TimeWindow
 from app.models import LedgerEntry, UsageRecord
 from app.speculation.rules.positions import (
@@ -37,13 +37,20 @@ from app.speculation.rules.positions import (
     modelled_step_s,
     unpaid_positions_finding,
 )
-from app.storage.entry_reader import EntryReader, WindowPart, places, window_readers
+from app.storage.entry_reader import (
+    EntryReader,
+    LedgerReaders,
+    WindowPart,
+    places,
+    window_readers,
+)
 from app.storage.run_repository import current_run_ids
 
 __all__ = [
     "DeploymentPositions",
     "DrafterFit",
     "PositionsReport",
+    "UnpaidPositionsSource",
     "deployment_fits",
     "positions_report",
     "read_positions",
@@ -291,6 +298,23 @@ def positions_report(
         team=team,
         deployments=[advised(found[name], fits.get(name)) for name in sorted(found)],
     )
+
+
+class UnpaidPositionsSource:
+    """The waste report's source of ``unpaid_draft_positions`` findings."""
+
+    name = "unpaid draft positions"
+    kinds = frozenset({FindingKind.unpaid_draft_positions})
+
+    def find(self, inputs: FindingInputs, readers: LedgerReaders) -> list[Finding]:
+        return unpaid_position_findings(
+            readers.session,
+            readers.parts,
+            window=inputs.window,
+            team=inputs.team,
+            min_requests=inputs.thresholds.min_requests,
+            window_seconds=inputs.observed_seconds,
+        )
 
 
 def unpaid_position_findings(

@@ -229,6 +229,15 @@ def window_readers(
         yield parts
 
 
+@dataclass(frozen=True, slots=True)
+class LedgerReaders:
+    """Where a window's finding sources read: the database (registry, measurements) and the
+    window's parts (the entries, where each part's ledger is kept)."""
+
+    session: Session
+    parts: Sequence[WindowPart]
+
+
 def places(parts: Sequence[WindowPart]) -> list[EntryReader]:
     """Each place the parts are read from, once (the database may hold several parts)."""
     unique: dict[int, EntryReader] = {}
