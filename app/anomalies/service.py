@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import ColumnElement, and_, func, or_, select
+from sqlalchemy import ColumnElement, and_, func, or_, select, text
 from sqlalchemy.orm import Session
 
 from app.alerts import Alert, AlertKind, Severity, enqueue
@@ -123,6 +123,20 @@ def find_anomalies(
     return sorted(reports, key=lambda r: (r.bucket_start, str(r.subject)), reverse=True)
 
 
+# A loose index scan: one seek per distinct deployment on usage_records(deployment, ...).
+_DEPLOYMENTS_WITH_USAGE = text(
+    """
+    WITH RECURSIVE seen(deployment) AS (
+        SELECT MIN(deployment) FROM usage_records
+        UNION ALL
+        SELECT (SELECT MIN(u.deployment) FROM usage_records u WHERE u.deployment > seen.deployment)
+        FROM seen WHERE seen.deployment IS NOT NULL
+    )
+    SELECT deployment FROM seen WHERE deployment IS NOT NULL
+    """
+)
+
+
 def _loaded_buckets(
     session: Session, start: datetime, end: datetime, granularity: Granularity
 ) -> set[int]:
@@ -132,13 +146,23 @@ def _loaded_buckets(
     step = STEP[granularity]
     count = int((end - start) / step)
     found: set[int] = set()
-    hour = utc_hour(session.get_bind().dialect.name, UsageRecord.finished_at)
-    for (at,) in session.execute(
-        select(hour)
-        .where(UsageRecord.finished_at >= start, UsageRecord.finished_at < end)
-        .distinct()
-    ):
-        found.add(int((utc_instant(at) - start) / step))
+    for deployment in session.scalars(_DEPLOYMENTS_WITH_USAGE):
+        # One index seek per bucket that has usage (the first record at or after ``at``, on
+        # the (deployment, finished_at) index), not a read of every record in the window.
+        at = start
+        while at < end:
+            first = session.scalar(
+                select(func.min(UsageRecord.finished_at)).where(
+                    UsageRecord.deployment == deployment,
+                    UsageRecord.finished_at >= at,
+                    UsageRecord.finished_at < end,
+                )
+            )
+            if first is None:
+                break
+            index = int((utc_instant(first) - start) / step)
+            found.add(index)
+            at = start + step * (index + 1)
     periods = session.execute(
         select(BillingRow.charge_period_start, BillingRow.charge_period_end)
         .where(BillingRow.charge_period_start < end, BillingRow.charge_period_end > start)
