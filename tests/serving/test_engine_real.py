@@ -1,36 +1,16 @@
-"""A real vLLM CPU server on the prepared SmolLM2 model, with ngram speculation (slow: ~1 min)."""
-
-import io
-import socket
-from collections.abc import Iterator
-from pathlib import Path
+"""A real vLLM CPU server on the prepared SmolLM2 model, with ngram speculation (slow: the
+session's pooled engine, tests/engine_pool.py, started if no test before used it)."""
 
 import httpx
 import pytest
-from rich.console import Console
 
 from serving.engine import launcher
-from serving.engine.config import EngineConfig, NgramSpeculation
-from serving.engine.model_prep import DEFAULT_CACHE_DIR, PreparedModels, prepare_models
-from tests.prereq import require
-
-ROOT = Path(__file__).resolve().parents[2]
-VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
+from tests.engine_pool import EnginePool
 
 pytestmark = [
     pytest.mark.serving,
     pytest.mark.xdist_group("vllm"),  # one engine at a time on a small machine
 ]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _prerequisites() -> None:
-    """The vLLM venv; the model is prepared by the ``models`` fixture when missing."""
-    require(
-        VLLM_PYTHON.exists(),
-        f"no vLLM venv at {VLLM_PYTHON.parent.parent}; run `make serving-env` "
-        "(scripts/install_vllm_cpu.sh)",
-    )
 
 
 COPY_PROMPT = (
@@ -39,42 +19,10 @@ COPY_PROMPT = (
 )
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-@pytest.fixture(scope="module")
-def models() -> PreparedModels:
-    """The prepared model (converted on first use, ~30 s; then a no-op)."""
-    return prepare_models(
-        cache_dir=ROOT / DEFAULT_CACHE_DIR,
-        vllm_python=VLLM_PYTHON,
-        console=Console(file=io.StringIO()),
-    )
-
-
-@pytest.fixture
-def ngram_engine(models: PreparedModels, tmp_path: Path) -> Iterator[EngineConfig]:
-    config = EngineConfig(
-        name="test-ngram",
-        model=str(models.target),
-        speculation=NgramSpeculation(k=4),
-        port=_free_port(),
-        python=str(VLLM_PYTHON),
-    )
-    handle = launcher.start(config, tmp_path / "engine.log", timeout_s=400, state_dir=tmp_path)
-    try:
-        yield config
-    finally:
-        assert launcher.stop(handle, state_dir=tmp_path)
-    assert launcher.status(config.name, state_dir=tmp_path).state == "stopped"
-
-
-def test_ngram_engine_answers_with_usage_and_spec_decode_metrics(ngram_engine, tmp_path):
-    assert launcher.status(ngram_engine.name, state_dir=tmp_path).state == "running"
+@pytest.mark.engines("ngram")
+def test_ngram_engine_answers_with_usage_and_spec_decode_metrics(engine_pool: EnginePool):
+    ngram_engine = engine_pool.get("ngram")
+    assert launcher.status(ngram_engine.name, state_dir=engine_pool.state_dir).state == "running"
 
     with httpx.Client(base_url=f"{ngram_engine.base_url}/v1", timeout=120) as client:
         body = client.post(

