@@ -90,7 +90,7 @@ def unit_costs(
             raise Invalid(
                 f"cannot group by {dimension!r}; use one of {', '.join(Dimension)} or tag:KEY"
             )
-    run_id = current_run_id(session, str(month))
+    run_id = current_run_id(session, month)
     lines: dict[tuple[str, ...], CostLine] = {}
     with entry_reader(session, run_id, s3_endpoint_url=s3_endpoint_url) as reader:
         for row in reader.mappings(_request_lines(run_id, month, by, team)):

@@ -135,7 +135,7 @@ def focus_batches(
     them. Entries are taken in an order of their own data (source row, kind, request, team,
     session), so the same month gives the same file from either store and on every run.
     """
-    run_id = current_run_id(session, str(month)) or 0
+    run_id = current_run_id(session, month) or 0
     sources = _source_rows(session, run_id)
     source_table = _source_table(sources)
     with entry_reader(session, run_id, s3_endpoint_url=s3_endpoint_url) as reader:

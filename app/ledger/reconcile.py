@@ -46,7 +46,7 @@ class Line:
 
 @dataclass
 class Reconciliation:
-    month: str
+    month: Month
     run_id: int | None
     bill: dict[str, Line] = field(default_factory=dict)
     """currency -> the month's bill (current deliveries)."""
@@ -101,7 +101,7 @@ class Reconciliation:
                 line.to_json()
             )
         return {
-            "month": self.month,
+            "month": str(self.month),
             "run_id": self.run_id,
             "balanced": self.balanced,
             "pending_rows": self.pending_rows,
@@ -124,8 +124,8 @@ class Reconciliation:
 def reconcile(session: Session, month: Month) -> Reconciliation:
     """Compare a month's bill with its ledger, per currency and deployment."""
     start = month.start
-    run_id = current_run_id(session, str(month))
-    result = Reconciliation(str(month), run_id)
+    run_id = current_run_id(session, month)
+    result = Reconciliation(month, run_id)
     current_rows = (
         select(
             BillingRow.id,

@@ -28,7 +28,7 @@ def close_month(session: Session, month: Month, *, now: datetime | None = None) 
     """
     if session.get(LedgerClosure, str(month)):
         raise MonthClosed(f"{month} is already closed")
-    run_id = current_run_id(session, str(month))
+    run_id = current_run_id(session, month)
     if run_id is None:
         raise MonthNotAllocated(
             f"{month} has no allocation: run `specledger allocate --month {month}` first"
@@ -105,7 +105,7 @@ def check_allocated(session: Session, month: Month) -> None:
     Raises:
         NothingAllocated: The month has no current allocation run.
     """
-    if current_run_id(session, str(month)) is not None:
+    if current_run_id(session, month) is not None:
         return
     months = allocated_months(session)
     have = f"allocated months: {', '.join(months)}" if months else "no month is allocated yet"

@@ -11,14 +11,20 @@ from sqlalchemy import Select, select
 from sqlalchemy.orm import Session
 
 from app.domain.ledger import RunStatus
+from app.domain.periods import Month
 from app.models import AllocationRun
 
 _CURRENT = AllocationRun.status == RunStatus.current
 
 
-def current_run_id(session: Session, month: str) -> int | None:
-    """The id of the month's current run, or None if the month was never allocated."""
-    return session.scalar(select(AllocationRun.id).where(AllocationRun.month == month, _CURRENT))
+def current_run_id(session: Session, month: Month | str) -> int | None:
+    """The id of the month's current run, or None if the month was never allocated.
+
+    A :class:`Month` is carried from where it is parsed to here, where it becomes the
+    column's ``YYYY-MM``; a ``str`` is taken as already that (callers not yet moved)."""
+    return session.scalar(
+        select(AllocationRun.id).where(AllocationRun.month == str(month), _CURRENT)
+    )
 
 
 def current_window_run_id(session: Session, start: datetime, end: datetime) -> int | None:
