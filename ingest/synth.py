@@ -29,6 +29,10 @@ class SynthSpec:
     instances: int = 1
     network_gb_per_day: Decimal = Decimal("50")
     account_id: str = "000000000000"
+    sub_account_id: str | None = None
+    """The linked account of the rows (default: ``account_id``). Bills of two deployments
+    that ran side by side need their own, or their daily networking rows would be the same
+    charge twice (and the second bill is refused as a duplicate delivery)."""
 
 
 def synth_rows(spec: SynthSpec) -> pa.Table:
@@ -135,7 +139,7 @@ def _row(
         "ServiceName": service,
         "ServiceSubcategory": "Virtual Machines" if category == "Compute" else "Other (Networking)",
         "SkuMeter": meter,
-        "SubAccountId": spec.account_id,
+        "SubAccountId": spec.sub_account_id or spec.account_id,
         "Tags": json.dumps(spec.tags, sort_keys=True),
     }
 

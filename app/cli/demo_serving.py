@@ -1,6 +1,7 @@
 """What the demo's stages share: a free port, a registered deployment, a metering proxy
 (a child process of this CLI) in front of an engine, and a synthetic bill for a deployment."""
 
+import hashlib
 import socket
 import subprocess
 import sys
@@ -94,6 +95,11 @@ def proxy(
         log.close()
 
 
+def _sub_account(deployment: str) -> str:
+    """A demo linked account of its own per deployment (12 digits, from the name)."""
+    return f"{int(hashlib.sha256(deployment.encode()).hexdigest(), 16) % 10**12:012d}"
+
+
 def bill(
     engine: Engine,
     data_dir: Path,
@@ -116,6 +122,7 @@ def bill(
             month.start,
             month.end,
             {"specledger-deployment": deployment},
+            sub_account_id=_sub_account(deployment),
         )
     )
     path = data_dir / f"{deployment}-bill-{month}.csv"
