@@ -207,7 +207,9 @@ def registry(session: Session) -> tuple[pa.Table, pa.Table]:
 def job_links(session: Session) -> pa.Table:
     """The usage records of Slurm jobs that ran a metered server, each with the server's
     (deployment, replica): replicas that name their job (``replicas.slurm_job``) and the
-    runs of that job on one node. Few rows: one per server job."""
+    runs of that job on one node, ended or still running (a server job usually runs through
+    month end: its accrued record is split to its requests as the final one will be). Few
+    rows: one per server job."""
     servers = session.execute(
         select(Replica.slurm_job, Deployment.name, Replica.name)
         .join(Deployment, Deployment.id == Replica.deployment_id)
@@ -220,7 +222,9 @@ def job_links(session: Session) -> pa.Table:
         linked = {key.partition(":")[2] for key in by_job if key}
         jobs = session.execute(
             select(SlurmJob.cluster, SlurmJob.job, SlurmJob.start_at, SlurmJob.nodes).where(
-                SlurmJob.step == "", SlurmJob.metered, SlurmJob.job.in_(sorted(linked))
+                SlurmJob.step == "",
+                SlurmJob.metered | SlurmJob.accrued_until.is_not(None),
+                SlurmJob.job.in_(sorted(linked)),
             )
         ).all()
         for cluster, job, start, nodes in jobs:

@@ -10,18 +10,20 @@ from sqlalchemy.orm import Session
 
 from app.allocation.service import run_allocation
 from app.allocation.windowing import Window
-from app.domain.ledger import EntryKind
+from app.deployments.service import add_deployment, add_replica
+from app.domain.ledger import AllocationMethod, EntryKind
 from app.domain.periods import Month
 from app.domain.windows import TimeWindow
 from app.ledger.service import close_month
 from app.models import LedgerEntry, SlurmJob, UsageRecord
-from app.slurm.cluster import register_cluster
+from app.slurm.cluster import link_job, register_cluster
 from app.slurm.ingest import ingest_sacct_text
 from app.slurm.report import slurm_usage
 from app.slurm.rules.cluster_cost import cost_model_from_dict
 from app.slurm.rules.sacct import SACCT_FIELDS
 from ingest.cluster_bill import write_derived_bill
 from ingest.service import IngestOptions, ingest_billing
+from tests.factories import at, insert_usage, usage_record
 from tests.slurm.test_ingest_sacct import MODEL, line
 
 OCTOBER, NOVEMBER = Month(2026, 10), Month(2026, 11)
@@ -116,7 +118,7 @@ def test_a_closed_month_gets_an_adjustment_when_its_running_job_is_trued_up(
         tag_key="specledger-deployment",
         now=datetime(2026, 11, 1, 5, tzinfo=UTC),
     )
-    assert summary.adjusted_months == ["2026-10"]
+    assert summary.adjusted_months == [Month(2026, 10)]
     adjustments = session.execute(
         select(LedgerEntry.team, func.sum(LedgerEntry.effective_cost_micros))
         .where(LedgerEntry.kind == EntryKind.adjustment, LedgerEntry.corrects_month == "2026-10")
@@ -129,3 +131,44 @@ def test_a_closed_month_gets_an_adjustment_when_its_running_job_is_trued_up(
     assert sum(by_team.values()) == 0
     assert session.scalar(search) == accrued_share  # the closed month itself is unchanged
     assert _slurm_seconds(session, OCTOBER) + _slurm_seconds(session, NOVEMBER) == 2 * ELAPSED
+
+
+def test_a_running_server_job_is_split_to_its_requests_before_it_ends(
+    session: Session, tmp_path: Path
+) -> None:
+    """A vLLM server job usually runs through month end: its accrued share of the node is
+    split to the requests it served, as its final record will be, not left to its account."""
+    model = cost_model_from_dict(MODEL, source="cluster.toml")
+    register_cluster(session, model)
+    bill = tmp_path / "derived.csv"
+    write_derived_bill(model, OCTOBER.start, OCTOBER.end, bill)
+    ingest_billing(session.connection(), str(bill), IngestOptions(source="cluster-bill"))
+    add_deployment(session, name="served")
+    add_replica(session, deployment="served", name="r1", gpus=2)
+    requests = [
+        usage_record(
+            deployment="served", team="ads", arrived=at(22, minute, day=31), gpu_ns=60 * 10**9
+        )
+        for minute in (10, 40)
+    ]
+    insert_usage(session.connection(), requests)
+    _read(session, RUNNING, until=datetime(2026, 11, 1, 1, tzinfo=UTC))
+    link_job(session, deployment="served", replica="r1", cluster="specledger", job="20")
+
+    run_allocation(
+        session, Window.of_month(OCTOBER), share_idle=False, tag_key="specledger-deployment"
+    )
+    split = dict(
+        session.execute(
+            select(LedgerEntry.event_id, LedgerEntry.team).where(
+                LedgerEntry.method == AllocationMethod.gpu_seconds_slurm_job
+            )
+        ).all()
+    )
+    assert split == {row["event_id"]: "ads" for row in requests}
+    rest = session.scalar(
+        select(func.count())
+        .select_from(LedgerEntry)
+        .where(LedgerEntry.method == AllocationMethod.gpu_seconds_slurm_unmetered)
+    )
+    assert rest  # what the requests did not use stays the job's account's
