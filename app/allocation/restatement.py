@@ -61,27 +61,28 @@ def billing_fingerprint(session: Session, month_start: object) -> str:
 def restatement_adjustments(
     session: Session,
     *,
-    month: str,
+    month: Month,
     tag_key: str,
     engine: PlanEngine | None = None,
     store: DatasetStore | None = None,
-) -> tuple[pa.Table, list[str]]:
+) -> tuple[pa.Table, list[Month]]:
     """Adjusting entries (shaped as the plan's) for every closed month before ``month``
     whose billing changed and whose first open month is ``month``. A closed month kept in
     a Parquet store is allocated again from the store's usage and compared with the
     entries in its files (``store`` is used where it is the store a run names)."""
-    closed = session.scalars(
-        select(LedgerClosure).where(LedgerClosure.month < month).order_by(LedgerClosure.month)
+    closures = session.scalars(
+        select(LedgerClosure).where(LedgerClosure.month < str(month)).order_by(LedgerClosure.month)
     ).all()
-    closed_months = {c.month for c in closed}
-    tables, adjusted = [], []
-    for closure in closed:
-        window = Window.of_month(Month.parse(closure.month))
-        if _first_open_after(closure.month, closed_months) != month:
+    closed = {Month.parse(closure.month): closure for closure in closures}
+    tables: list[pa.Table] = []
+    adjusted: list[Month] = []
+    for closed_month, closure in closed.items():
+        window = Window.of_month(closed_month)
+        if _first_open_after(closed_month, set(closed)) != month:
             continue
         if (
             billing_fingerprint(session, window.start) == closure.billing_fingerprint
-            and not _has_adjustments(session, closure.month)
+            and not _has_adjustments(session, closed_month)
             and not _jobs_read_since(session, window, closure.closed_at)
         ):
             continue
@@ -94,7 +95,7 @@ def restatement_adjustments(
         target = _aggregate_computed(
             session, window, bool(share_idle), tag_key, engine or PlanEngine(), closed_store
         )
-        booked = _booked_for(session, closure.month, exclude_month=month, store=store)
+        booked = _booked_for(session, closed_month, exclude_month=month, store=store)
         diff = {
             key: (
                 target.get(key, (0, 0))[0] - booked.get(key, (0, 0))[0],
@@ -104,18 +105,16 @@ def restatement_adjustments(
         }
         diff = {k: v for k, v in diff.items() if v != (0, 0)}
         if diff:
-            tables.append(_adjustment_table(month, closure.month, window, diff))
-            adjusted.append(closure.month)
-    return (
-        pa.concat_tables(tables) if tables else _adjustment_table(month, month, None, {})
-    ), adjusted
+            tables.append(_adjustment_table(closed_month, window, diff))
+            adjusted.append(closed_month)
+    return (pa.concat_tables(tables) if tables else _adjustment_table(month, None, {})), adjusted
 
 
-def _first_open_after(month: str, closed: set[str]) -> str:
-    current = Month.parse(month).next()
-    while str(current) in closed:
+def _first_open_after(month: Month, closed: set[Month]) -> Month:
+    current = month.next()
+    while current in closed:
         current = current.next()
-    return str(current)
+    return current
 
 
 def _jobs_read_since(session: Session, window: Window, closed_at: datetime) -> bool:
@@ -138,12 +137,15 @@ def _jobs_read_since(session: Session, window: Window, closed_at: datetime) -> b
     )
 
 
-def _has_adjustments(session: Session, month: str) -> bool:
+def _has_adjustments(session: Session, month: Month) -> bool:
     return bool(
         session.scalar(
             select(func.count())
             .select_from(LedgerRollup)
-            .where(LedgerRollup.corrects_month == month, LedgerRollup.kind == EntryKind.adjustment)
+            .where(
+                LedgerRollup.corrects_month == str(month),
+                LedgerRollup.kind == EntryKind.adjustment,
+            )
         )
     )
 
@@ -190,16 +192,16 @@ def _sums(entries: pa.Table) -> dict[Key, tuple[int, int]]:
 
 
 def _booked_for(
-    session: Session, month: str, *, exclude_month: str, store: DatasetStore | None
+    session: Session, month: Month, *, exclude_month: Month, store: DatasetStore | None
 ) -> dict[Key, tuple[int, int]]:
     """What the ledger already holds for a month: its own entries plus adjustments to it
     booked in other months (the month being allocated is re-run, so it is left out), read
     from each run's entries wherever the run keeps them."""
-    own = (LedgerRollup.booked_month == month) & (LedgerRollup.kind != EntryKind.adjustment)
+    own = (LedgerRollup.booked_month == str(month)) & (LedgerRollup.kind != EntryKind.adjustment)
     later = (
-        (LedgerRollup.corrects_month == month)
+        (LedgerRollup.corrects_month == str(month))
         & (LedgerRollup.kind == EntryKind.adjustment)
-        & (LedgerRollup.booked_month != exclude_month)
+        & (LedgerRollup.booked_month != str(exclude_month))
     )
     runs = session.scalars(
         select(LedgerRollup.run_id)
@@ -219,12 +221,12 @@ def _booked_for(
     return {k: (v[0], v[1]) for k, v in totals.items()}
 
 
-def _booked_query(run_id: int, month: str, exclude_month: str) -> Select[*tuple[Any, ...]]:
-    own = (LedgerEntry.booked_month == month) & (LedgerEntry.kind != EntryKind.adjustment)
+def _booked_query(run_id: int, month: Month, exclude_month: Month) -> Select[*tuple[Any, ...]]:
+    own = (LedgerEntry.booked_month == str(month)) & (LedgerEntry.kind != EntryKind.adjustment)
     later = (
-        (LedgerEntry.corrects_month == month)
+        (LedgerEntry.corrects_month == str(month))
         & (LedgerEntry.kind == EntryKind.adjustment)
-        & (LedgerEntry.booked_month != exclude_month)
+        & (LedgerEntry.booked_month != str(exclude_month))
     )
     columns = (
         LedgerEntry.kind,
@@ -246,7 +248,7 @@ def _booked_query(run_id: int, month: str, exclude_month: str) -> Select[*tuple[
 
 
 def _adjustment_table(
-    month: str, corrects: str, window: Window | None, diff: dict[Key, tuple[int, int]]
+    corrects: Month, window: Window | None, diff: dict[Key, tuple[int, int]]
 ) -> pa.Table:
     """Adjusting entries shaped as the plan's (plan.ENTRY_COLUMNS)."""
     keys = sorted(diff, key=lambda k: tuple("" if x is None else str(x) for x in k))
@@ -274,6 +276,6 @@ def _adjustment_table(
             "list_cost_micros": pa.nulls(n, pa.int64()),
             "contracted_cost_micros": pa.nulls(n, pa.int64()),
             "currency": pa.array([k[4] for k in keys], text),
-            "corrects_month": pa.array([corrects] * n, text),
+            "corrects_month": pa.array([str(corrects)] * n, text),
         }
     )

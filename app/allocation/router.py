@@ -137,13 +137,13 @@ def create_run(
     )
     return AllocationRunRead(
         run_id=summary.run_id,
-        month=window.month,
+        month=str(window.month) if window.month else None,
         window=WindowRead(start=window.start, end=window.end),
         share_idle=summary.share_idle,
         billing_rows=summary.rows,
         entries=summary.entries,
         replaced_run_id=summary.replaced_run_id,
-        adjusted_months=summary.adjusted_months,
+        adjusted_months=[str(m) for m in summary.adjusted_months],
         effective_cost_by_kind={
             currency: {kind: money(v) for kind, v in kinds.items()}
             for currency, kinds in summary.totals.items()

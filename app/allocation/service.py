@@ -24,6 +24,7 @@ from app.allocation.restatement import restatement_adjustments
 from app.allocation.windowing import Window, small_inputs
 from app.domain.errors import MonthClosed
 from app.domain.ledger import RunStatus
+from app.domain.periods import Month
 from app.kit.bulk import bulk_insert
 from app.models import AllocationRun, LedgerClosure, LedgerEntry, LedgerPoolRow, LedgerRollup
 from app.storage.dataset_store import DatasetStore
@@ -45,7 +46,7 @@ class RunSummary:
     replaced_run_id: int | None
     totals: dict[str, dict[str, int]] = field(default_factory=dict)
     """currency -> kind -> effective micros."""
-    adjusted_months: list[str] = field(default_factory=list)
+    adjusted_months: list[Month] = field(default_factory=list)
 
 
 def run_allocation(
@@ -71,7 +72,7 @@ def run_allocation(
     """
     now = now or datetime.now(UTC)
     engine = engine or PlanEngine()
-    if window.month and session.get(LedgerClosure, window.month):
+    if window.month and session.get(LedgerClosure, str(window.month)):
         raise MonthClosed(
             f"{window.month} is closed; late billing for it is booked as "
             "adjustments when the next open month is allocated"
@@ -80,7 +81,7 @@ def run_allocation(
     run_id = session.execute(
         insert(AllocationRun)
         .values(
-            month=window.month,
+            month=str(window.month) if window.month else None,
             window_start=window.start,
             window_end=window.end,
             share_idle=share_idle,
@@ -124,7 +125,7 @@ def run_allocation(
         .where(AllocationRun.id == run_id)
         .values(
             entry_count=written.entries,
-            summary={"totals": summary.totals, "adjusted_months": adjusted},
+            summary={"totals": summary.totals, "adjusted_months": [str(m) for m in adjusted]},
             store_files=written.store_files,
         )
     )

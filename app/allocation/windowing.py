@@ -19,17 +19,18 @@ ADHOC = "adhoc"
 class Window:
     start: datetime
     end: datetime
-    month: str | None = None
+    month: Month | None = None
     """Set for a calendar-month window, which follows the invoice (BillingPeriodStart)."""
 
     @classmethod
     def of_month(cls, month: Month) -> "Window":
         """The window of a calendar month: its bounds, booked as ``YYYY-MM``."""
-        return cls(month.start, month.end, str(month))
+        return cls(month.start, month.end, month)
 
     @property
     def booked_month(self) -> str:
-        return self.month or ADHOC
+        """The ledger's label for the window's entries: ``YYYY-MM``, or ``adhoc``."""
+        return str(self.month) if self.month else ADHOC
 
 
 @dataclass(frozen=True, slots=True)

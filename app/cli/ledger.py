@@ -193,7 +193,11 @@ def allocate(
     totals = {
         c: {k: format_micros(v) for k, v in kinds.items()} for c, kinds in summary.totals.items()
     }
-    label = window.month or f"{window.start:%Y-%m-%dT%H:%MZ}..{window.end:%Y-%m-%dT%H:%MZ}"
+    label = (
+        str(window.month)
+        if window.month
+        else f"{window.start:%Y-%m-%dT%H:%MZ}..{window.end:%Y-%m-%dT%H:%MZ}"
+    )
     if not summary.rows:
         err.print(
             f"[bold yellow]warning:[/] no bill for {label}: no billing rows to allocate, "
@@ -207,7 +211,7 @@ def allocate(
             json.dumps(
                 {
                     "run_id": summary.run_id,
-                    "month": window.month,
+                    "month": str(window.month) if window.month else None,
                     "rows": summary.rows,
                     "entries": summary.entries,
                     "replaced_run_id": summary.replaced_run_id,

@@ -21,6 +21,7 @@ from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 
 from app.domain.errors import InvalidInput
+from app.domain.periods import Month
 
 MAX_WINDOW = timedelta(days=3 * 366)
 """Longest window accepted: a query over more is almost certainly a typo."""
@@ -64,12 +65,12 @@ class TimeWindow:
     end: datetime
 
     @property
-    def month(self) -> str | None:
-        """``YYYY-MM`` when the window is exactly one calendar month, else None."""
+    def month(self) -> Month | None:
+        """The calendar month when the window is exactly one, else None."""
         start = self.start
         if start != month_floor(start) or self.end != add_months(start, 1):
             return None
-        return f"{start:%Y-%m}"
+        return Month.of(start)
 
     @property
     def seconds(self) -> float:

@@ -128,7 +128,7 @@ def test_redelivery_of_a_closed_month_becomes_adjustments_in_the_next_open_month
 
     summary = _allocate(closed_october, "2026-11")
 
-    assert summary.adjusted_months == ["2026-10"]
+    assert summary.adjusted_months == [Month(2026, 10)]
     assert _entry_count(closed_october, "2026-10") == frozen
     with nullcontext(closed_october.connection()) as conn:
         adjustments = conn.execute(

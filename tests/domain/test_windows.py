@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from app.domain.periods import Month
 from app.domain.windows import (
     InvalidWindow,
     Step,
@@ -66,7 +67,7 @@ def test_parse_window_accepts_the_grammar(text: str, start: datetime, end: datet
 def test_lastmonth_in_january_is_december() -> None:
     window = parse_window("lastmonth", now=utc(2027, 1, 15))
     assert (window.start, window.end) == (utc(2026, 12, 1), utc(2027, 1, 1))
-    assert window.month == "2026-12"
+    assert window.month == Month(2026, 12)
 
 
 def test_now_in_another_zone_is_read_as_utc() -> None:
@@ -102,7 +103,7 @@ def test_naive_now_is_refused() -> None:
 
 
 def test_month_property_only_for_calendar_months() -> None:
-    assert parse_window("2026-11", now=NOW).month == "2026-11"
+    assert parse_window("2026-11", now=NOW).month == Month(2026, 11)
     assert parse_window("7d", now=NOW).month is None
     assert parse_window("2026-11-01", now=NOW).month is None
 
