@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import ColumnElement, and_, func, or_, select, text
+from sqlalchemy import ColumnElement, and_, func, or_, select
 from sqlalchemy.orm import Session
 
 from app.alerts import Alert, AlertKind, Severity, enqueue
@@ -36,6 +36,7 @@ from app.domain.money import format_micros
 from app.kit.measures import sum_gpu_ns
 from app.models import BillingRow, LedgerRollup, UsageRecord
 from app.storage.run_repository import current_run_ids
+from app.usage.unpriced import deployments_with_usage
 
 SEASON = {Granularity.day: 7, Granularity.hour: 168}
 """Days repeat weekly; hours too (a weekday hour is not a weekend hour: judged by the day
@@ -123,20 +124,6 @@ def find_anomalies(
     return sorted(reports, key=lambda r: (r.bucket_start, str(r.subject)), reverse=True)
 
 
-# A loose index scan: one seek per distinct deployment on usage_records(deployment, ...).
-_DEPLOYMENTS_WITH_USAGE = text(
-    """
-    WITH RECURSIVE seen(deployment) AS (
-        SELECT MIN(deployment) FROM usage_records
-        UNION ALL
-        SELECT (SELECT MIN(u.deployment) FROM usage_records u WHERE u.deployment > seen.deployment)
-        FROM seen WHERE seen.deployment IS NOT NULL
-    )
-    SELECT deployment FROM seen WHERE deployment IS NOT NULL
-    """
-)
-
-
 def _loaded_buckets(
     session: Session, start: datetime, end: datetime, granularity: Granularity
 ) -> set[int]:
@@ -146,7 +133,7 @@ def _loaded_buckets(
     step = STEP[granularity]
     count = int((end - start) / step)
     found: set[int] = set()
-    for deployment in session.scalars(_DEPLOYMENTS_WITH_USAGE):
+    for deployment in deployments_with_usage(session):
         # One index seek per bucket that has usage (the first record at or after ``at``, on
         # the (deployment, finished_at) index), not a read of every record in the window.
         at = start

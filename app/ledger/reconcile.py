@@ -14,6 +14,7 @@ from app.domain.periods import Month
 from app.ledger.deliveries import DuplicatedCharges, duplicated_charges
 from app.models import BillingDelivery, BillingRow, LedgerPoolRow, LedgerRollup
 from app.storage.run_repository import current_run_id
+from app.usage.unpriced import UnpricedUsage, unpriced_usage
 
 
 class Status(StrEnum):
@@ -59,6 +60,8 @@ class Reconciliation:
     unallocated_rows: list[dict[str, Any]] = field(default_factory=list)
     duplicates: list[DuplicatedCharges] = field(default_factory=list)
     """Pairs of current deliveries of the month that hold the same charges."""
+    unpriced: list[UnpricedUsage] = field(default_factory=list)
+    """Requests of the month of deployments nobody registered: no bill prices them."""
 
     def by_currency(self) -> dict[str, dict[EntryKind, Line]]:
         result: dict[str, dict[EntryKind, Line]] = defaultdict(lambda: {k: Line() for k in KINDS})
@@ -118,6 +121,7 @@ class Reconciliation:
                 for (c, m), line in sorted(self.adjustments.items())
             ],
             "unallocated_rows": self.unallocated_rows,
+            "unpriced_usage": [usage.to_json() for usage in self.unpriced],
         }
 
 
@@ -145,6 +149,7 @@ def reconcile(session: Session, month: Month) -> Reconciliation:
     ):
         result.bill[currency or ""] = Line(int(eff), int(billed))
     result.duplicates = duplicated_charges(session.connection(), start)
+    result.unpriced = unpriced_usage(session, start, month.end)
     if run_id is None:
         result.pending_rows = session.scalar(select(func.count()).select_from(current_rows)) or 0
         return result
@@ -253,6 +258,12 @@ def reconciliation_text(result: Reconciliation) -> str:
         lines.append(
             f"  {result.pending_rows} billing row(s) have no entries: billing changed "
             f"since the run; run `specledger allocate --month {result.month}`"
+        )
+    for usage in result.unpriced:
+        lines.append(
+            f"  {usage.requests} request(s) of deployment {usage.deployment!r} "
+            f"({usage.gpu_ns / 1e9:,.1f} GPU-s) are not priced: it is not registered; "
+            f"register it (`specledger deployments add {usage.deployment}`) and allocate again"
         )
     if result.unallocated_rows:
         lines.append("  Unallocated rows (no deployment matched):")

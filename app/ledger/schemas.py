@@ -55,6 +55,12 @@ class CostPage(PageMeta):
     items: list[CostLineRead]
 
 
+class UnpricedUsageRead(Schema):
+    deployment: str
+    requests: int
+    gpu_seconds: float
+
+
 class ReconciliationRead(Schema):
     model_config = ConfigDict(extra="ignore")  # built from Reconciliation.to_json
     month: str
@@ -69,6 +75,10 @@ class ReconciliationRead(Schema):
     """currency -> deployment -> kind -> effective / billed."""
     adjustments: list[dict[str, Any]]
     unallocated_rows: list[dict[str, Any]]
+    unpriced_usage: list[UnpricedUsageRead]
+    """Requests of deployments nobody registered (loaded with
+    ``--allow-unknown-deployments``): no bill prices them until the deployment is registered
+    and the month allocated again."""
 
 
 class ClosureCreate(Schema):

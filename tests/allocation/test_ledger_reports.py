@@ -88,6 +88,24 @@ def test_reconciliation_balances_to_the_micro(allocated: Engine) -> None:
     assert parts == Decimal("15.950000")
     assert usd["unallocated"]["effective"] == "0.550000"
     assert [r["service_name"] for r in report["unallocated_rows"]] == ["EC2"]
+    assert report["unpriced_usage"] == []
+
+
+def test_reconciliation_lists_usage_no_bill_can_price(allocated: Engine) -> None:
+    # Loaded past the name check (ingest usage --allow-unknown-deployments): no share of the
+    # bill reaches it, so it must be seen, not costed at 0 in silence.
+    stray = [
+        usage_record(deployment="d9", arrived=at(0, 5), gpu_ns=90 * 10**9, team="search"),
+        usage_record(deployment="d9", arrived=at(0, 6), gpu_ns=30 * 10**9, team="ads"),
+        usage_record(deployment="d9", arrived=at(0, 6, month=11), gpu_ns=10**9, team="ads"),
+    ]
+    insert_usage(allocated, stray)
+    report = json.loads(_ok("reconcile", "--month", "2026-10", "--json"))
+    assert report["balanced"] is True  # the bill is still all booked
+    assert report["unpriced_usage"] == [{"deployment": "d9", "requests": 2, "gpu_seconds": 120.0}]
+    text = _ok("reconcile", "--month", "2026-10")
+    assert "2 request(s) of deployment 'd9' (120.0 GPU-s) are not priced" in text
+    assert "specledger deployments add d9" in text
 
 
 def test_unit_costs_by_team_add_up_to_the_bill(allocated: Engine) -> None:
