@@ -5,6 +5,7 @@ Source: the FOCUS specification's column tables for 1.0, 1.1, 1.2 and 1.3
 (see ../shared/reference/focus.md, section 1.2).
 """
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from decimal import Decimal, localcontext
 from enum import StrEnum
@@ -291,10 +292,15 @@ SUMMABLE_DECIMALS = (
 def split_units(total: int, weights: np.ndarray) -> list[int]:
     """An integer ``total`` split by non-negative int64 ``weights``, largest remainder (ties
     to the earlier position), the sign applied after; any size of total."""
+    return [int(part) for part in split_units_array(total, weights)]
+
+
+def split_units_array(total: int, weights: np.ndarray) -> np.ndarray:
+    """:func:`split_units` as an array: int64 where the total fits, else Python integers."""
     if abs(total) < 2**62:
-        return [int(part) for part in split_array_by_weight(total, weights)]
+        return split_array_by_weight(total, weights)
     keyed = split_by_weight(total, dict(enumerate(weights.tolist())))
-    return [keyed.get(i, 0) for i in range(len(weights))]
+    return np.array([keyed.get(i, 0) for i in range(len(weights))], dtype=object)
 
 
 def ratio_units(weights: np.ndarray) -> list[int]:
@@ -307,12 +313,20 @@ def split_quantity(total: Decimal, weights: np.ndarray) -> list[Decimal]:
 
     The parts have QUANTITY_DIGITS decimals, or as many as ``total`` has if more: the total
     in those units is split by largest remainder, as money is in micros."""
+    parts, digits = split_quantity_units(total, weights)
+    with localcontext() as exact:
+        exact.prec = _EXACT_DIGITS
+        return [Decimal(int(part)).scaleb(-digits) for part in parts]
+
+
+def split_quantity_units(total: Decimal, weights: np.ndarray) -> tuple[np.ndarray, int]:
+    """:func:`split_quantity` as (parts in units of 10**-digits, digits)."""
     exponent = total.as_tuple().exponent
     digits = max(QUANTITY_DIGITS, -exponent if isinstance(exponent, int) else 0)
     with localcontext() as exact:  # the default 28 significant digits would round
         exact.prec = _EXACT_DIGITS
         units = int(total.scaleb(digits))
-        return [Decimal(part).scaleb(-digits) for part in split_units(units, weights)]
+    return split_units_array(units, weights), digits
 
 
 _EXACT_DIGITS = 200
@@ -324,7 +338,9 @@ def decimal_text(value: Decimal) -> str:
     return text if text != "-0" else "0"
 
 
-def split_weights(share_amounts: list[list[int]], fallback: np.ndarray) -> np.ndarray:
+def split_weights(
+    share_amounts: Sequence[Sequence[int] | np.ndarray], fallback: np.ndarray
+) -> np.ndarray:
     """What an origin charge's shares were split by: the magnitudes of their amounts in the
     first cost basis whose shares are not all zero (EffectiveCost first), else ``fallback``
     (the shares' GPU-nanoseconds), else equal weights."""

@@ -20,7 +20,7 @@ import json
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from decimal import Decimal
+from decimal import Decimal, localcontext
 from pathlib import Path
 from typing import Any
 
@@ -39,8 +39,8 @@ from app.domain.focus import (
     SUMMABLE_DECIMALS,
     TYPED_COLUMNS,
     decimal_text,
-    ratio_units,
-    split_quantity,
+    split_quantity_units,
+    split_units_array,
     split_weights,
 )
 from app.domain.ledger import AllocationMethod, EntryKind
@@ -347,16 +347,18 @@ def _origin_shares(
         amounts = [pa.array(split_array_by_weight(total or 0, weights)) for total in totals]
     else:
         amounts = [_flat(entries[f"{name}_micros"]) for name in _AMOUNTS]
-        by_basis = [amounts[i].fill_null(0).to_pylist() for i in (1, 0, 2, 3)]
+        by_basis = [amounts[i].fill_null(0).to_numpy(zero_copy_only=False) for i in (1, 0, 2, 3)]
         weights = split_weights(by_basis, gpu_ns)
-    computed = {"x_AllocatedRatio": pa.array(_ratio_texts(weights), pa.string())}
+    computed = {
+        "x_AllocatedRatio": units_text(split_units_array(10**RATIO_DIGITS, weights), RATIO_DIGITS)
+    }
     source = _source_columns(row)
     for name in SUMMABLE_DECIMALS:
         total = source.get(name)
-        parts = None if total is None else split_quantity(Decimal(total), weights)
-        computed[name] = pa.array(
-            [None] * len(weights) if parts is None else [decimal_text(p) for p in parts],
-            pa.string(),
+        computed[name] = (
+            pa.nulls(len(weights), pa.string())
+            if total is None
+            else units_text(*split_quantity_units(Decimal(total), weights))
         )
     if team is not None:
         keep = pc.fill_null(pc.equal(entries["team"], team), False).combine_chunks()
@@ -366,8 +368,24 @@ def _origin_shares(
     return _Shares(entries, amounts, computed)
 
 
-def _ratio_texts(weights: np.ndarray) -> list[str]:
-    return [f"{Decimal(units).scaleb(-RATIO_DIGITS):f}" for units in ratio_units(weights)]
+def units_text(units: np.ndarray, digits: int) -> pa.Array:
+    """Integers in units of ``10**-digits`` as FOCUS numeric text with exactly ``digits``
+    decimals (``decimal_text(Decimal(u).scaleb(-digits))``), by Arrow compute, not a Python
+    step per value; integers beyond int64 take the Decimal path."""
+    if units.dtype != np.int64 or (units == np.iinfo(np.int64).min).any():
+        with localcontext() as exact:  # the default 28 significant digits would round
+            exact.prec = 200
+            texts = [decimal_text(Decimal(int(u)).scaleb(-digits)) for u in units]
+        return pa.array(texts, pa.string())
+    magnitude = np.abs(units)
+    if digits == 0:
+        text = pc.cast(pa.array(magnitude), pa.string())
+    else:
+        scale = 10**digits
+        whole = pc.cast(pa.array(magnitude // scale), pa.string())
+        fraction = pc.utf8_lpad(pc.cast(pa.array(magnitude % scale), pa.string()), digits, "0")
+        text = pc.binary_join_element_wise(whole, fraction, ".")
+    return pc.if_else(pa.array(units < 0), pc.binary_join_element_wise("-", text, ""), text)
 
 
 # Writing: a batch of entries and their amounts as FOCUS columns.

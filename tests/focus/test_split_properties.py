@@ -13,9 +13,11 @@ from app.domain.focus import (
     decimal_text,
     ratio_units,
     split_quantity,
+    split_quantity_units,
     split_units,
     split_weights,
 )
+from app.ledger.focus_export import units_text
 
 WEIGHTS = st.lists(st.integers(0, 2**62), min_size=1, max_size=30).filter(any)
 QUANTITIES = st.decimals(
@@ -66,3 +68,19 @@ def test_weights_come_from_the_first_cost_basis_with_amounts(
     else:
         assert weights.any()
         assert len(set(weights.tolist())) == 1
+
+
+@given(
+    units=st.lists(st.integers(-(2**63), 2**63 - 1), max_size=20),
+    digits=st.sampled_from([0, 1, 6, 9, 12, 15]),
+)
+def test_units_text_by_arrow_is_the_decimal_text(units: list[int], digits: int) -> None:
+    expected = [decimal_text(Decimal(u).scaleb(-digits)) for u in units]
+    assert units_text(np.array(units, np.int64), digits).to_pylist() == expected
+
+
+@given(total=QUANTITIES, weights=WEIGHTS)
+def test_quantity_parts_as_text_are_the_decimal_parts(total: Decimal, weights: list[int]) -> None:
+    parts, digits = split_quantity_units(total, np.array(weights, np.int64))
+    expected = [decimal_text(p) for p in split_quantity(total, np.array(weights, np.int64))]
+    assert units_text(parts, digits).to_pylist() == expected
