@@ -5,29 +5,16 @@ so they would lower their team's unit cost in silence; reconciliation lists them
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import func, select, text
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from app.kit.loose_scan import distinct_values
 from app.models import Deployment, UsageRecord
-
-# A loose index scan: one seek per distinct deployment on usage_records(deployment, ...), so
-# the cost grows with the number of deployments, not of requests.
-_DEPLOYMENTS_WITH_USAGE = text(
-    """
-    WITH RECURSIVE seen(deployment) AS (
-        SELECT MIN(deployment) FROM usage_records
-        UNION ALL
-        SELECT (SELECT MIN(u.deployment) FROM usage_records u WHERE u.deployment > seen.deployment)
-        FROM seen WHERE seen.deployment IS NOT NULL
-    )
-    SELECT deployment FROM seen WHERE deployment IS NOT NULL
-    """
-)
 
 
 def deployments_with_usage(session: Session) -> list[str]:
-    """Every deployment named by a usage record, in name order."""
-    return list(session.scalars(_DEPLOYMENTS_WITH_USAGE))
+    """Every deployment named by a usage record, in name order (one index seek each)."""
+    return distinct_values(session, "usage_records", "deployment")
 
 
 @dataclass(frozen=True, slots=True)

@@ -54,3 +54,20 @@ def use(session: Session, hours: range, *, team: str, share: float, **extra: Any
 def allocate(session: Session) -> None:
     run_allocation(session, Window.of_month(OCTOBER), share_idle=False,
                    tag_key="specledger-deployment")  # fmt: skip
+
+
+def daily_bills(session: Session, folder: Path, days: list[datetime], cost: str) -> None:
+    """d1 billed ``cost`` on each of ``days``, loaded as one file per month."""
+    rows = [
+        focus_row(
+            month=str(Month.of(start)),
+            cost=cost,
+            ChargePeriodStart=f"{start:%Y-%m-%dT%H:%M:%SZ}",
+            ChargePeriodEnd=f"{start + timedelta(days=1):%Y-%m-%dT%H:%M:%SZ}",
+        )
+        for start in days
+    ]
+    for month in sorted({Month.of(start) for start in days}):
+        mine = [r for r in rows if r["ChargePeriodStart"].startswith(str(month))]
+        path = write_focus_csv(folder / f"{month}.csv", mine)
+        ingest_billing(session.connection(), str(path), IngestOptions(source=str(month)))

@@ -14,10 +14,8 @@ from app.allocation.windowing import Window
 from app.anomalies.service import Granularity, find_anomalies, raise_alerts
 from app.budgets.rules.budget import BudgetScope
 from app.domain.periods import Month
-from ingest.service import IngestOptions, ingest_billing
-from tests.budgets.helpers import register
+from tests.budgets.helpers import daily_bills, register
 from tests.factories import insert_usage, usage_record
-from tests.ingest.helpers import focus_row, write_focus_csv
 
 FIRST = datetime(2026, 10, 1, tzinfo=UTC)
 DAYS = 42
@@ -28,21 +26,7 @@ def _six_weeks(session: Session, folder: Path) -> None:
     """d1 billed 240.00 a day; search sends 20 requests a day of 100 tokens, drafting 100 and
     accepting 70 (20 on the incident day); GPU time follows the verified tokens."""
     register(session)
-    rows = []
-    for day in range(DAYS):
-        start = FIRST + timedelta(days=day)
-        rows.append(
-            focus_row(
-                month=str(Month.of(start)),
-                cost="240.00",
-                ChargePeriodStart=f"{start:%Y-%m-%dT%H:%M:%SZ}",
-                ChargePeriodEnd=f"{start + timedelta(days=1):%Y-%m-%dT%H:%M:%SZ}",
-            )
-        )
-    for name in ("2026-10", "2026-11"):
-        mine = [r for r in rows if r["ChargePeriodStart"].startswith(name)]
-        path = write_focus_csv(folder / f"{name}.csv", mine)
-        ingest_billing(session.connection(), str(path), IngestOptions(source=name))
+    daily_bills(session, folder, [FIRST + timedelta(days=day) for day in range(DAYS)], "240.00")
     rng = random.Random(3)
     usage = []
     for day in range(DAYS):

@@ -13,10 +13,8 @@ from app.allocation.windowing import Window
 from app.anomalies.service import Granularity, find_anomalies
 from app.budgets.rules.budget import BudgetScope
 from app.domain.periods import Month
-from ingest.service import IngestOptions, ingest_billing
-from tests.budgets.helpers import register
+from tests.budgets.helpers import daily_bills, register
 from tests.factories import insert_usage, usage_record
-from tests.ingest.helpers import focus_row, write_focus_csv
 
 FIRST = datetime(2026, 10, 1, tzinfo=UTC)
 DAYS = 42
@@ -27,23 +25,8 @@ def _six_weeks(session: Session, folder: Path, *, bill_on_gap: bool) -> None:
     """d1 billed 240.00 a day, search's 20 requests a day on it; nothing of search on the
     gap day, and no bill for it either unless ``bill_on_gap``."""
     register(session)
-    rows = []
-    for day in range(DAYS):
-        start = FIRST + timedelta(days=day)
-        if start == GAP and not bill_on_gap:
-            continue
-        rows.append(
-            focus_row(
-                month=str(Month.of(start)),
-                cost="240.00",
-                ChargePeriodStart=f"{start:%Y-%m-%dT%H:%M:%SZ}",
-                ChargePeriodEnd=f"{start + timedelta(days=1):%Y-%m-%dT%H:%M:%SZ}",
-            )
-        )
-    for name in ("2026-10", "2026-11"):
-        mine = [r for r in rows if r["ChargePeriodStart"].startswith(name)]
-        path = write_focus_csv(folder / f"{name}.csv", mine)
-        ingest_billing(session.connection(), str(path), IngestOptions(source=name))
+    days = [FIRST + timedelta(days=day) for day in range(DAYS)]
+    daily_bills(session, folder, [d for d in days if bill_on_gap or d != GAP], "240.00")
     usage = [
         usage_record(
             team="search",
