@@ -24,7 +24,7 @@ from app.slurm.report import counted_jobs, slurm_usage
 from app.storage.run_repository import allocated_months, current_run_id
 from app.waste.service import find_waste
 from dashboards.figures import BudgetView, money_2dp
-from dashboards.session_seconds import hourly_query, longest_span_query
+from dashboards.session_seconds import hourly_query
 
 """Bootstrap replicates when a sweep has no stored fit and the dashboard fits it (a few s)."""
 
@@ -180,8 +180,7 @@ def session_seconds_by_hour(engine: Engine, *, month: str, team: str | None = No
     """
     parsed = Month.parse(month)
     with read_session(engine) as session:
-        span = session.scalar(longest_span_query(parsed.start, parsed.end, team)) or 0
-        rows = session.execute(hourly_query(parsed.start, parsed.end, team, int(span))).all()
+        rows = session.execute(hourly_query(parsed.start, parsed.end, team)).all()
     if not rows:
         return pd.DataFrame(columns=["period_start", "team", "session_seconds"])
     frame = pd.DataFrame(

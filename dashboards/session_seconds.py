@@ -4,16 +4,16 @@ comes back, never one per request.
 A session's covered time is the union of its requests' intervals. The union is found
 with window functions (gaps and islands): in start order, a request opens a new island
 when it starts after the furthest end of the requests before it; an island runs from its
-first start to its furthest end. Islands are cut at hour boundaries by joining them to
-the few hour offsets they span, and the pieces are summed per hour and team. The same SQL
-runs on SQLite (3.25+) and PostgreSQL.
+first start to its furthest end. Islands are cut at hour boundaries by a recursive step
+(one row per hour an island touches), and the pieces are summed per hour and team. The same
+SQL runs on SQLite (3.25+) and PostgreSQL, and sorts the requests once.
 """
 
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, Select, Subquery, case, func, literal, or_, select, union_all
+from sqlalchemy import ColumnElement, Select, Subquery, case, func, or_, select
 
 from app.db import epoch_us
 from app.models import UsageRecord
@@ -88,30 +88,21 @@ def arrived_in(start: datetime, end: datetime) -> list[ColumnElement[bool]]:
     ]
 
 
-def hourly_query(
-    start: datetime, end: datetime, team: str | None, longest_span_hours: int
-) -> Select[tuple[Any, ...]]:
-    """Covered microseconds per (hour start in microseconds, team); islands span at most
-    ``longest_span_hours`` hour boundaries."""
-    islands = islands_query(start, end, team).subquery("islands")
-    offsets = union_all(
-        *(select(literal(k).label("k")) for k in range(longest_span_hours + 1))
-    ).subquery("offsets")
-    first_hour = islands.c.s // HOUR_US
-    hour = (first_hour + offsets.c.k) * HOUR_US
-    piece = _least(islands.c.e, hour + HOUR_US) - _greatest(islands.c.s, hour)
-    pieces = (
-        select(hour.label("hour_us"), islands.c.team, piece.label("us"))
-        .select_from(islands)
-        .join(offsets, offsets.c.k <= (islands.c.e - 1) // HOUR_US - first_hour)
-        .subquery("pieces")
+def hourly_query(start: datetime, end: datetime, team: str | None) -> Select[tuple[Any, ...]]:
+    """Covered microseconds per (hour start in microseconds, team), in one pass over the
+    requests: each island is cut into its hours by a recursive step that adds a row only
+    for an island that runs past the end of the hour before."""
+    islands = islands_query(start, end, team).cte("islands")
+    first_hour = (islands.c.s // HOUR_US) * HOUR_US
+    pieces = select(islands.c.team, islands.c.s, islands.c.e, first_hour.label("hour_us")).cte(
+        "pieces", recursive=True
     )
-    return select(pieces.c.hour_us, pieces.c.team, func.sum(pieces.c.us)).group_by(
+    pieces = pieces.union_all(
+        select(
+            pieces.c.team, pieces.c.s, pieces.c.e, (pieces.c.hour_us + HOUR_US).label("hour_us")
+        ).where(pieces.c.hour_us + HOUR_US < pieces.c.e)
+    )
+    piece = _least(pieces.c.e, pieces.c.hour_us + HOUR_US) - _greatest(pieces.c.s, pieces.c.hour_us)
+    return select(pieces.c.hour_us, pieces.c.team, func.sum(piece)).group_by(
         pieces.c.hour_us, pieces.c.team
     )
-
-
-def longest_span_query(start: datetime, end: datetime, team: str | None) -> Select[tuple[Any, ...]]:
-    """How many hour boundaries the longest island crosses."""
-    islands = islands_query(start, end, team).subquery("islands")
-    return select(func.coalesce(func.max((islands.c.e - 1) // HOUR_US - islands.c.s // HOUR_US), 0))
