@@ -23,6 +23,7 @@ from app.cli import (
     health,
     ledger,
     mcp_server,
+    prices,
     probe,
     proxy,
     slurm,
@@ -63,6 +64,7 @@ health.register(app)
 speculation.register(app)
 advise.register(app)
 waste.register(app)
+prices.register(app)
 mcp_server.register(app)
 
 

@@ -95,6 +95,22 @@ def month_param(
 MonthDep = Annotated[Month, Depends(month_param)]
 
 
+def optional_month_param(
+    month: Annotated[
+        str | None,
+        Query(
+            description="A calendar month, YYYY-MM (UTC); default: the newest allocated month.",
+            examples=["2026-11"],
+            max_length=7,
+        ),
+    ] = None,
+) -> Month | None:
+    return None if month is None else month_param(month)
+
+
+OptionalMonthDep = Annotated[Month | None, Depends(optional_month_param)]
+
+
 def parse_dimensions(text: str, field: str) -> tuple[str, ...]:
     """A comma-separated list of dimensions (or ``tag:KEY``), in order, without repeats.
 

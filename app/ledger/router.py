@@ -10,16 +10,19 @@ from app.auth.team_query import TeamQuery
 from app.deps import SessionDep, SettingsDep
 from app.domain.periods import Month
 from app.errors import RESPONSES_READ, ErrorBody
-from app.kit.http_params import MonthDep, PageDep, parse_dimensions
+from app.kit.http_params import MonthDep, OptionalMonthDep, PageDep, parse_dimensions
 from app.kit.responses import Format, csv_download, download
 from app.ledger import downloads
 from app.ledger.costs import unit_costs
+from app.ledger.prices import deployment_prices, price_month
 from app.ledger.reconcile import reconcile
 from app.ledger.schemas import (
     ClosureCreate,
     ClosureRead,
     CostLineRead,
     CostPage,
+    PriceRead,
+    PricesRead,
     ReconciliationRead,
 )
 from app.ledger.service import close_month, closed_months
@@ -71,6 +74,24 @@ def get_costs(
         limit=page.limit,
         offset=page.offset,
         next_offset=page.next_offset(len(lines)),
+    )
+
+
+@router.get("/prices", response_model=PricesRead, responses=RESPONSES_READ)
+def get_prices(
+    session: SessionDep, settings: SettingsDep, _principal: PrincipalDep, month: OptionalMonthDep
+) -> PricesRead:
+    """Each deployment's cost per 1M input and output tokens, per 1M tokens and per GPU-hour,
+    from a month's ledger (default: the newest allocated month): everything the ledger books
+    to the deployment (requests, shared rows, idle GPUs) over its requests' tokens and GPU
+    time; input and output split by the streamed requests' prefill and decode GPU time (an
+    estimate). Any key: prices, no volumes."""
+    chosen = price_month(session, month)
+    if chosen is None:
+        return PricesRead(month=None, items=[])
+    prices = deployment_prices(session, chosen, s3_endpoint_url=settings.s3_endpoint_url)
+    return PricesRead(
+        month=str(chosen), items=[PriceRead.model_validate(p.to_json()) for p in prices]
     )
 
 

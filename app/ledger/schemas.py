@@ -49,6 +49,24 @@ class CostLineRead(Schema):
         return cls(properties=properties, **values)
 
 
+class PriceRead(Schema):
+    deployment: str
+    cost_per_1m_input_tokens: Amount | None
+    """Null when the deployment streamed no request (no first-token times to split by)."""
+    cost_per_1m_output_tokens: Amount | None
+    cost_per_1m_tokens: Amount | None
+    cost_per_gpu_hour: Amount | None
+    prefill_share: float | None
+    """The part of the streamed requests' GPU time before their first token: the part of
+    the deployment's cost its input tokens carry."""
+
+
+class PricesRead(Schema):
+    month: str | None
+    """The month the prices come from; null when no month is allocated yet."""
+    items: list[PriceRead]
+
+
 class CostPage(PageMeta):
     month: str
     by: list[str]
