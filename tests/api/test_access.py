@@ -68,6 +68,7 @@ CASES: dict[tuple[str, str], Case] = {
         variants=({"by": "deployment,cost_center", "format": "csv"},),
     ),
     ("GET", "/v1/reconciliation"): Case(query={"month": "2026-10"}, admin_only=True),
+    ("GET", "/v1/prices"): Case(query={"month": "2026-10"}),
     ("GET", "/v1/chargeback"): Case(
         query={"month": "2026-10", "format": "focus-csv"},
         team_param=True,
