@@ -21,6 +21,7 @@ from app.db import make_engine
 from app.deployments.router import router as deployments_router
 from app.deps import session_makers
 from app.errors import install_error_handlers
+from app.ledger.prices import PriceBook
 from app.ledger.router import router as ledger_router
 from app.ops import MetricsMiddleware, RequestMetrics, redact_keys_in_access_log
 from app.ops import router as ops_router
@@ -100,6 +101,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     install_error_handlers(app)
     app.state.request_metrics = RequestMetrics()
+    app.state.price_book = PriceBook()
     app.add_middleware(
         MetricsMiddleware, metrics=app.state.request_metrics, routes=lambda: app.routes
     )

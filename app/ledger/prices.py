@@ -11,6 +11,8 @@ the sums. That is an estimate (prefill and decode share batches on the GPU); a d
 with no streamed request has no input price and its output price carries the whole cost.
 """
 
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 
 from sqlalchemy import Float, case, cast, func, select
@@ -24,7 +26,7 @@ from app.domain.periods import Month
 from app.ledger.costs import unit_costs
 from app.ledger.service import check_allocated
 from app.models import UsageRecord
-from app.storage.run_repository import allocated_months
+from app.storage.run_repository import allocated_months, current_run_id
 
 _NOT_DEPLOYMENTS = {label.value for label in CostLabel}
 """The cost lines by deployment that are not a deployment (unallocated, shared ...)."""
@@ -134,3 +136,37 @@ def _prefill_shares(session: Session, month: Month) -> dict[str, float]:
         for deployment, spent, total in rows
         if total
     }
+
+
+class PriceBook:
+    """Each month's prices, computed once per allocation run and kept for the process.
+
+    Prices read the whole month (every deployment's requests), the same answer for any key,
+    so without a book any key could make the server read a 10M-request month on each call.
+    A run's ledger never changes; a month allocated again gets a new run and new prices.
+    Usage ingested after a run is unpriced until the month is allocated again (reconcile
+    lists it), so a run's prices stand until then."""
+
+    def __init__(self, runs: int = 24) -> None:
+        self._runs = runs
+        self._by_run: OrderedDict[tuple[str, int], list[DeploymentPrice]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def prices(
+        self, session: Session, month: Month, *, s3_endpoint_url: str | None = None
+    ) -> list[DeploymentPrice]:
+        run = current_run_id(session, month)
+        if run is None:
+            return deployment_prices(session, month, s3_endpoint_url=s3_endpoint_url)
+        key = (str(month), run)
+        with self._lock:
+            known = self._by_run.get(key)
+            if known is not None:
+                self._by_run.move_to_end(key)
+                return known
+        prices = deployment_prices(session, month, s3_endpoint_url=s3_endpoint_url)
+        with self._lock:
+            self._by_run[key] = prices
+            while len(self._by_run) > self._runs:
+                self._by_run.popitem(last=False)
+        return prices

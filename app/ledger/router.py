@@ -2,7 +2,7 @@
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
 
 from app.auth.deps import AdminDep, PrincipalDep, team_scope
@@ -14,7 +14,7 @@ from app.kit.http_params import MonthDep, OptionalMonthDep, PageDep, parse_dimen
 from app.kit.responses import Format, csv_download, download
 from app.ledger import downloads
 from app.ledger.costs import unit_costs
-from app.ledger.prices import deployment_prices, price_month
+from app.ledger.prices import PriceBook, price_month
 from app.ledger.reconcile import reconcile
 from app.ledger.schemas import (
     ClosureCreate,
@@ -79,17 +79,22 @@ def get_costs(
 
 @router.get("/prices", response_model=PricesRead, responses=RESPONSES_READ)
 def get_prices(
-    session: SessionDep, settings: SettingsDep, _principal: PrincipalDep, month: OptionalMonthDep
+    request: Request,
+    session: SessionDep,
+    settings: SettingsDep,
+    _principal: PrincipalDep,
+    month: OptionalMonthDep,
 ) -> PricesRead:
     """Each deployment's cost per 1M input and output tokens, per 1M tokens and per GPU-hour,
     from a month's ledger (default: the newest allocated month): everything the ledger books
     to the deployment (requests, shared rows, idle GPUs) over its requests' tokens and GPU
     time; input and output split by the streamed requests' prefill and decode GPU time (an
-    estimate). Any key: prices, no volumes."""
+    estimate). Any key: prices, no volumes. Computed once per allocation run of the month."""
     chosen = price_month(session, month)
     if chosen is None:
         return PricesRead(month=None, items=[])
-    prices = deployment_prices(session, chosen, s3_endpoint_url=settings.s3_endpoint_url)
+    book: PriceBook = request.app.state.price_book
+    prices = book.prices(session, chosen, s3_endpoint_url=settings.s3_endpoint_url)
     return PricesRead(
         month=str(chosen), items=[PriceRead.model_validate(p.to_json()) for p in prices]
     )

@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 from app.cli import app as cli
 from app.ledger.prices import DeploymentPrice
 from tests.api.conftest import Keys, Seeded
+from tests.api.test_query_plans import captured
 
 
 def _get(client: TestClient, url: str, headers: dict[str, str], status: int = 200) -> Any:
@@ -82,3 +83,18 @@ def test_without_streamed_requests_the_output_price_carries_the_whole_cost() -> 
     split = DeploymentPrice("d", 3_000_000, 2, 1_000, 500, 3_600 * 10**9, 0.25).to_json()
     assert split["cost_per_1m_input_tokens"] == "750.000000"  # 0.75 over 1,000 tokens
     assert split["cost_per_1m_output_tokens"] == "4500.000000"  # 2.25 over 500 tokens
+
+
+def test_a_months_prices_are_read_once_per_allocation_run(
+    client: TestClient, seeded: Seeded
+) -> None:
+    admin = seeded.keys.header("admin")
+    first = _get(client, "/v1/prices", admin)
+    with captured() as statements:
+        assert _get(client, "/v1/prices", seeded.keys.header("orchid")) == first
+    assert not [sql for sql, _ in statements if "usage_records" in sql]
+    response = client.post("/v1/allocation/runs", json={"month": "2026-10"}, headers=admin)
+    assert response.status_code < 300, response.text
+    with captured() as statements:
+        assert _get(client, "/v1/prices", admin) == first  # same ledger, a new run
+    assert [sql for sql, _ in statements if "usage_records" in sql]
