@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
@@ -128,11 +129,27 @@ def write_usage(store: DatasetStore, table: pa.Table) -> list[str]:
     deployment and hour of arrival. Returns the files written."""
     if table.num_rows == 0:
         return []
-    arrived = table["arrived_us"].cast(pa.timestamp("us", tz="UTC"))
-    partitioned = table.append_column("month", pc.strftime(arrived, "%Y-%m")).append_column(
-        "hour", pc.strftime(arrived, "%Y-%m-%dT%H")
-    )
+    month, hour = _arrival_partitions(table["arrived_us"])
+    partitioned = table.append_column("month", month).append_column("hour", hour)
     return store.write(partitioned, USAGE_PREFIX, partitions=list(PARTITIONS))
+
+
+_HOUR_US = 3_600_000_000
+
+
+def _arrival_partitions(arrived_us: pa.ChunkedArray) -> tuple[pa.Array, pa.Array]:
+    """Each row's month (``YYYY-MM``) and hour (``YYYY-MM-DDTHH``) of arrival, as text.
+
+    Formatted once per distinct hour and taken per row: ``strftime`` on every row was a
+    fifth of a store ingest's time (about 2 s a million rows)."""
+    hours = np.floor_divide(arrived_us.to_numpy(), _HOUR_US)
+    distinct, row_hour = np.unique(hours, return_inverse=True)
+    starts = pa.array(distinct * _HOUR_US, pa.int64()).cast(pa.timestamp("us", tz="UTC"))
+    rows = pa.array(row_hour.astype(np.int64))
+    return (
+        pc.strftime(starts, "%Y-%m").take(rows),
+        pc.strftime(starts, "%Y-%m-%dT%H").take(rows),
+    )
 
 
 def copy_from_database(
