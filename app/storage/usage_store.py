@@ -74,6 +74,23 @@ def event_ord(event_id: str) -> int:
     return int.from_bytes(hashlib.sha256(event_id.encode()).digest()[:8], "big") >> 1
 
 
+_BULK_ORDS = 20_000
+"""From this many ids :func:`event_ords` hashes in DuckDB (about 3x faster than hashlib a
+row, and on both cores), below it in Python (DuckDB's import costs more)."""
+
+
+def event_ords(event_ids: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
+    """:func:`event_ord` of every id (int64)."""
+    if len(event_ids) < _BULK_ORDS:
+        return pa.array([event_ord(e) for e in event_ids.to_pylist()], pa.int64())
+    import duckdb
+
+    ids = pa.table({"event_id": event_ids})
+    query = "SELECT (('0x' || left(sha256(event_id), 16))::UBIGINT >> 1)::BIGINT FROM ids"
+    with duckdb.connect() as con:
+        return con.sql(query).to_arrow_table().column(0)
+
+
 def tags_json(tags: Mapping[str, str] | None) -> str:
     """A record's tags as the JSON text the store keeps (keys sorted)."""
     return json.dumps(dict(tags or {}), sort_keys=True, separators=(",", ":"))
@@ -114,10 +131,9 @@ def events_table(events: Sequence[UsageEvent]) -> pa.Table:
 def columns_table(usage: pa.Table) -> pa.Table:
     """Usage records given as :data:`app.usage.columns.USAGE_COLUMNS` as the store's
     columns (``tags`` is already the store's JSON text)."""
-    ords = [event_ord(event_id) for event_id in usage["event_id"].to_pylist()]
     columns = {
         **{name: usage[name] for name in SCHEMA.names if name in usage.column_names},
-        "usage_ord": pa.array(ords, pa.int64()),
+        "usage_ord": event_ords(usage["event_id"]),
         "arrived_us": usage["arrived_at"].cast(pa.int64()),
         "finished_us": usage["finished_at"].cast(pa.int64()),
     }

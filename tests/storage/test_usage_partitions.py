@@ -1,12 +1,12 @@
-"""The store's month and hour partitions of usage rows, formatted once per distinct hour,
-equal ``strftime`` of every row (the files' paths must not change)."""
+"""The store's month and hour partitions of usage rows and its ordering keys, computed in
+bulk, equal the per-row definitions (the files' paths and order must not change)."""
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.storage.usage_store import _arrival_partitions
+from app.storage.usage_store import _BULK_ORDS, _arrival_partitions, event_ord, event_ords
 
 # 1969-12-31 to 2100: rows either side of the epoch, of month ends and of leap days.
 _INSTANT_US = st.integers(min_value=-86_400_000_000, max_value=4_102_444_800_000_000)
@@ -29,3 +29,16 @@ def test_rows_of_one_hour_share_its_label_and_keep_their_order() -> None:
         "1970-01-01T05", "1970-01-01T00", "1970-01-01T05", "1970-01-01T04",
     ]  # fmt: skip
     assert month.to_pylist() == ["1970-01"] * 4
+
+
+_IDS = st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=40)
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(_IDS, min_size=1, max_size=20))
+def test_bulk_ordering_keys_equal_the_per_record_ones(ids: list[str]) -> None:
+    repeated = (ids * (_BULK_ORDS // len(ids) + 1))[:_BULK_ORDS]
+    bulk = event_ords(pa.array(repeated, pa.string()))
+    assert len(bulk) == _BULK_ORDS
+    assert bulk.to_pylist()[: len(ids)] == [event_ord(i) for i in ids]
+    assert event_ords(pa.array(ids)).to_pylist() == [event_ord(i) for i in ids]
