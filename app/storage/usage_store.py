@@ -85,9 +85,9 @@ def event_ords(event_ids: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedAr
         return pa.array([event_ord(e) for e in event_ids.to_pylist()], pa.int64())
     import duckdb
 
-    ids = pa.table({"event_id": event_ids})
     query = "SELECT (('0x' || left(sha256(event_id), 16))::UBIGINT >> 1)::BIGINT FROM ids"
     with duckdb.connect() as con:
+        con.register("ids", pa.table({"event_id": event_ids}))
         return con.sql(query).to_arrow_table().column(0)
 
 
