@@ -240,9 +240,9 @@ def end_day(end: datetime) -> date:
 
 
 @dataclass(frozen=True, slots=True)
-class OverLimit:
-    """A budget at or over its hard limit: new requests in its scope get 429 until
-    ``period_end``."""
+class HardLimitStanding:
+    """Where a live budget with a hard limit stands in its current period: once spend
+    reaches the limit, new requests in its scope get 429 until ``period_end``."""
 
     budget_id: int
     name: str
@@ -252,10 +252,19 @@ class OverLimit:
     spent_micros: int
     period_end: datetime
 
+    @property
+    def reached(self) -> bool:
+        return self.spent_micros >= self.hard_limit_micros
 
-def over_hard_limits(session: Session, *, now: datetime) -> list[OverLimit]:
-    """Every live budget with a hard limit that its spend has reached, now."""
-    over = []
+    @property
+    def remaining_micros(self) -> int:
+        """What the scope may still spend before the limit (never below zero)."""
+        return max(0, self.hard_limit_micros - self.spent_micros)
+
+
+def hard_limit_standings(session: Session, *, now: datetime) -> list[HardLimitStanding]:
+    """Every live budget with a hard limit whose period holds ``now``, with its spend."""
+    standings = []
     query = select(Budget).where(
         Budget.archived_at.is_(None), Budget.hard_limit_micros.is_not(None)
     )
@@ -267,19 +276,23 @@ def over_hard_limits(session: Session, *, now: datetime) -> list[OverLimit]:
             continue
         spent = spend(session, scope_of(budget), start, end, currency=budget.currency).total_micros
         assert budget.hard_limit_micros is not None
-        if spent >= budget.hard_limit_micros:
-            over.append(
-                OverLimit(
-                    budget.id,
-                    budget.name,
-                    scope_of(budget),
-                    budget.currency,
-                    budget.hard_limit_micros,
-                    spent,
-                    end,
-                )
+        standings.append(
+            HardLimitStanding(
+                budget.id,
+                budget.name,
+                scope_of(budget),
+                budget.currency,
+                budget.hard_limit_micros,
+                spent,
+                end,
             )
-    return over
+        )
+    return standings
+
+
+def over_hard_limits(session: Session, *, now: datetime) -> list[HardLimitStanding]:
+    """Every live budget with a hard limit that its spend has reached, now."""
+    return [s for s in hard_limit_standings(session, now=now) if s.reached]
 
 
 def raise_alerts(session: Session, *, now: datetime) -> int:

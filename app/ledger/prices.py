@@ -11,9 +11,11 @@ the sums. That is an estimate (prefill and decode share batches on the GPU); a d
 with no streamed request has no input price and its output price carries the whole cost.
 """
 
+import math
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
+from fractions import Fraction
 
 from sqlalchemy import Float, case, cast, func, select
 from sqlalchemy.orm import Session
@@ -48,6 +50,18 @@ class DeploymentPrice:
     @property
     def input_cost_micros(self) -> int:
         return round(self.cost_micros * (self.prefill_share or 0.0))
+
+    def cost_of(self, prompt_tokens: int, completion_tokens: int) -> int:
+        """Micros that a request of ``prompt_tokens`` in and ``completion_tokens`` out costs
+        at these prices (input at the input price, output at the output price, as a gateway
+        would charge from :meth:`to_json`), rounded half up from the exact ratio."""
+        exact = Fraction(0)
+        if self.prompt_tokens:
+            exact += Fraction(self.input_cost_micros * prompt_tokens, self.prompt_tokens)
+        if self.completion_tokens:
+            output_cost = self.cost_micros - self.input_cost_micros
+            exact += Fraction(output_cost * completion_tokens, self.completion_tokens)
+        return math.floor(exact + Fraction(1, 2))
 
     def to_json(self) -> dict[str, object]:
         output_cost = self.cost_micros - self.input_cost_micros

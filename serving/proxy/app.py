@@ -55,6 +55,7 @@ from serving.proxy.iteration_meter import IterationSpecMeter
 from serving.proxy.keyring import KeyRing
 from serving.proxy.meter_service import MeterClient, meter_token
 from serving.proxy.metrics import ProxyMetrics
+from serving.proxy.rate_card import RateCard
 from serving.proxy.relay import (
     attribution_of,
     drain_iteration_stats,
@@ -105,14 +106,15 @@ def create_proxy_app(
         limits = httpx.Limits(
             max_connections=config.max_connections, max_keepalive_connections=config.max_connections
         )
-        keyring = budgets = None
+        keyring = budgets = rates = None
         if engine is not None:
-            keyring, budgets = KeyRing(engine), BudgetGuard(engine)
+            keyring, budgets, rates = KeyRing(engine), BudgetGuard(engine), RateCard(engine)
             try:
                 await anyio.to_thread.run_sync(keyring.refresh)
                 await anyio.to_thread.run_sync(budgets.refresh)
+                await anyio.to_thread.run_sync(rates.refresh)
             except Exception:  # the refreshers keep trying; until then keys are refused
-                log.exception("loading proxy keys or budgets failed")
+                log.exception("loading proxy keys, budgets or prices failed")
         clock = await link.connect() if link is not None else Clock()
         async with httpx.AsyncClient(timeout=timeout, limits=limits, transport=transport) as client:
             # Completions go through our own HTTP/1.1 client; a test's fake transport
@@ -128,7 +130,7 @@ def create_proxy_app(
             state = ProxyState(config=config, client=client, metrics=metrics, sink=sink,
                                clock=clock, upstream=upstream, meter_link=link,
                                replicas=replica_states(config, clock), keyring=keyring,
-                               budgets=budgets)  # fmt: skip
+                               budgets=budgets, rates=rates)  # fmt: skip
             app.state.proxy = state
             tasks = [asyncio.create_task(_tick_forever(state))]
             if link is None:
@@ -145,6 +147,12 @@ def create_proxy_app(
                 tasks.append(
                     asyncio.create_task(
                         _refresh_forever(budgets.refresh, config.budget_refresh_s, "budgets")
+                    )
+                )
+            if rates is not None:
+                tasks.append(
+                    asyncio.create_task(
+                        _refresh_forever(rates.refresh, config.budget_refresh_s, "prices")
                     )
                 )
             try:

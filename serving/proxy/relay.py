@@ -25,7 +25,7 @@ from starlette.types import Receive, Scope, Send
 
 from app.auth.service import KEY_MARK
 from app.budgets.rules.budget import BudgetScope, ScopeKind
-from app.budgets.service import OverLimit
+from app.budgets.service import HardLimitStanding
 from app.domain.money import format_micros
 from app.domain.usage import UsageStatus
 from serving.engines import adapter_for
@@ -153,16 +153,30 @@ async def attribution_of(state: ProxyState, headers: Mapping[str, str]) -> Attri
     )
 
 
-def _response_headers(upstream: UpstreamResponse, request: InFlight) -> list[tuple[bytes, bytes]]:
+def _response_headers(
+    state: ProxyState, upstream: UpstreamResponse, request: InFlight
+) -> list[tuple[bytes, bytes]]:
     headers = [(name, value) for name, value in upstream.headers if name not in _NOT_PASSED]
     headers.append((_SESSION_RAW, request.attribution.session_id.encode("latin-1")))
     headers.append((_EVENT_RAW, request.event_id.encode("latin-1")))
+    if state.rates is not None:
+        headers += state.rates.headers_for(request.replica.spec.deployment)
+    if state.budgets is not None:
+        standing = state.budgets.team_headroom(request.attribution)
+        if standing is not None:
+            headers.append((_REMAINING_RAW, format_micros(standing.remaining_micros).encode()))
+            headers.append((_BUDGET_CURRENCY_RAW, standing.currency.encode("latin-1")))
     return headers
 
 
 _NOT_PASSED = frozenset(name.encode() for name in _HOP_BY_HOP | _OWN_HEADERS)
 _SESSION_RAW = SESSION_HEADER.lower().encode()
 _EVENT_RAW = EVENT_HEADER.lower().encode()
+BUDGET_REMAINING_HEADER = "X-SpecLedger-Budget-Remaining"
+"""What the caller's team may still spend before its tightest hard limit (as of the last
+budget refresh); with ``X-SpecLedger-Budget-Currency``."""
+_REMAINING_RAW = BUDGET_REMAINING_HEADER.lower().encode()
+_BUDGET_CURRENCY_RAW = b"x-specledger-budget-currency"
 
 
 async def send_json(
@@ -303,7 +317,7 @@ async def _relay(
         await send({"type": "http.response.body", "body": tail, "more_body": False})
 
 
-def _over_budget(over: OverLimit, attribution: Attribution) -> JSONResponse:
+def _over_budget(over: HardLimitStanding, attribution: Attribution) -> JSONResponse:
     """429: the request's scope is over a budget's hard limit until the period ends."""
     period_end = over.period_end.isoformat().replace("+00:00", "Z")
     if over.scope == BudgetScope(ScopeKind.team, attribution.team or ""):
@@ -431,7 +445,7 @@ async def forward(
         )  # fmt: skip
         if upstream is None:
             return
-        response_headers = _response_headers(upstream, request)
+        response_headers = _response_headers(state, upstream, request)
         content_type = upstream.header(b"content-type") or b""
         if (
             streamed
@@ -531,6 +545,12 @@ async def _complete(
         accepted_hist=metrics.acceptance_histogram if metrics else None,
     )
     headers = [*headers, (b"content-length", str(len(payload)).encode())]
+    if ok and parsed.usage is not None and state.rates is not None:
+        headers += state.rates.estimate_header(
+            request.replica.spec.deployment,
+            parsed.usage.prompt_tokens,
+            parsed.usage.completion_tokens,
+        )
     await send({"type": "http.response.start", "status": upstream.status_code, "headers": headers})
     await send({"type": "http.response.body", "body": payload})
 

@@ -25,6 +25,7 @@ from serving.proxy.config import ProxyConfig, ReplicaSpec
 from serving.proxy.iteration_meter import IterationSpecMeter
 from serving.proxy.keyring import KeyRing
 from serving.proxy.metrics import ProxyMetrics
+from serving.proxy.rate_card import RateCard
 from serving.proxy.sink import UsageSink
 from serving.proxy.upstream import Upstream
 from serving.proxy.vllm_metrics import EngineCounterCheck
@@ -147,6 +148,8 @@ class ProxyState:
     """Live proxy keys; None where the proxy checks none (anonymous use only)."""
     budgets: BudgetGuard | None = None
     """Budgets over their hard limit; None without a database."""
+    rates: RateCard | None = None
+    """The deployments' prices for the price headers; None without a database."""
 
     def __post_init__(self) -> None:
         self.batch_ns = self.config.meter_batch_ns

@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from app.budgets.rules.budget import BudgetScope
-from app.budgets.service import OverLimit
+from app.budgets.service import HardLimitStanding
 from app.domain.attribution import KEY_TAG, UNATTRIBUTED, VIA_TAG, ProxyGrant, parse_tags
 from app.domain.usage import ReplicaIdleEvent, UsageEvent
 from app.usage.schemas import record_from_json
@@ -363,8 +363,8 @@ class TestOverBudgetBody:
     """A 429 names the budget and its spend only to the team it belongs to."""
 
     @staticmethod
-    def _over(scope: str) -> OverLimit:
-        return OverLimit(3, "the-cap", BudgetScope.parse(scope), "USD", 1_500_000, 2_000_000,
+    def _over(scope: str) -> HardLimitStanding:
+        return HardLimitStanding(3, "the-cap", BudgetScope.parse(scope), "USD", 1_500_000, 2_000_000,
                          datetime(2027, 1, 1, tzinfo=UTC))  # fmt: skip
 
     def test_the_teams_own_budget_is_shown(self):

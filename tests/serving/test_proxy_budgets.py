@@ -25,7 +25,7 @@ from tests.serving.proxy_helpers import bearer, proxy_key, serve
 D = 1_000_000
 
 
-def _allocated_hour_ago(engine: Engine, folder: Path) -> datetime:
+def allocated_hour_ago(engine: Engine, folder: Path) -> datetime:
     """d1 billed 4.00 for one hour a few hours ago, search using half of it, ads a quarter,
     allocated: search has spent 2.00, ads 1.00. Returns the billed hour."""
     billed = datetime.now(UTC).replace(minute=0, second=0, microsecond=0) - timedelta(hours=3)
@@ -60,7 +60,7 @@ def _allocated_hour_ago(engine: Engine, folder: Path) -> datetime:
 
 
 def test_a_team_over_its_hard_limit_gets_429_and_another_team_passes(engine, db_url, tmp_path):
-    billed = _allocated_hour_ago(engine, tmp_path)
+    billed = allocated_hour_ago(engine, tmp_path)
     search, ads = proxy_key(engine, "search"), proxy_key(engine, "ads")
     config = ProxyConfig(
         replicas=(ReplicaSpec(url="http://fake:8000", deployment="d1", name="r1"),),
