@@ -17,7 +17,6 @@ PRICE_INPUT_HEADER = "X-SpecLedger-Price-Input-1M"
 PRICE_OUTPUT_HEADER = "X-SpecLedger-Price-Output-1M"
 PRICE_MONTH_HEADER = "X-SpecLedger-Price-Month"
 COST_ESTIMATE_HEADER = "X-SpecLedger-Cost-Estimate"
-_COST_ESTIMATE_RAW = COST_ESTIMATE_HEADER.lower().encode()
 
 
 class RateCard:
@@ -44,15 +43,12 @@ class RateCard:
         """The deployment's price headers (raw ASGI); none before it has prices."""
         return self._headers.get(deployment, [])
 
-    def estimate_header(
-        self, deployment: str, prompt_tokens: int, completion_tokens: int
-    ) -> list[tuple[bytes, bytes]]:
-        """The cost estimate header of a request with these tokens; none without prices."""
+    def estimate(self, deployment: str, prompt_tokens: int, completion_tokens: int) -> str | None:
+        """The cost estimate of a request with these tokens (decimal); None without prices."""
         price = self._prices.get(deployment)
         if price is None:
-            return []
-        cost = price.cost_of(prompt_tokens, completion_tokens)
-        return [(_COST_ESTIMATE_RAW, format_micros(cost).encode())]
+            return None
+        return format_micros(price.cost_of(prompt_tokens, completion_tokens))
 
 
 def _price_headers(price: DeploymentPrice, month: str) -> list[tuple[bytes, bytes]]:

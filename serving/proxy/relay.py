@@ -13,7 +13,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
@@ -37,6 +37,7 @@ from serving.engines.trtllm_iteration_stats import (
 )
 from serving.proxy.attribution import Attribution, AttributionRefused, attribute
 from serving.proxy.keyring import looks_like_key
+from serving.proxy.rate_card import COST_ESTIMATE_HEADER
 from serving.proxy.state import DOWN_FOR_NS, InFlight, ProxyState
 from serving.proxy.upstream import UpstreamError, UpstreamResponse
 from serving.proxy.vllm_metrics import parse_spec_decode_counters
@@ -177,6 +178,7 @@ BUDGET_REMAINING_HEADER = "X-SpecLedger-Budget-Remaining"
 budget refresh); with ``X-SpecLedger-Budget-Currency``."""
 _REMAINING_RAW = BUDGET_REMAINING_HEADER.lower().encode()
 _BUDGET_CURRENCY_RAW = b"x-specledger-budget-currency"
+_COST_ESTIMATE_RAW = COST_ESTIMATE_HEADER.lower().encode()
 
 
 async def send_json(
@@ -272,7 +274,11 @@ async def _relay(
     wants_every: bool,
 ) -> None:
     """Pass a stream to the client read by read, metering the tokens each carries."""
-    relay = StreamRelay(wants_usage=wants_usage, wants_every=wants_every)
+    relay = StreamRelay(
+        wants_usage=wants_usage,
+        wants_every=wants_every,
+        estimate=_estimate(state, request.replica.spec.deployment),
+    )
     tally = relay.tally
     clock = state.clock
     status = UsageStatus.cancelled
@@ -315,6 +321,14 @@ async def _relay(
         )
     if not hangup.fired:
         await send({"type": "http.response.body", "body": tail, "more_body": False})
+
+
+def _estimate(state: ProxyState, deployment: str) -> Callable[[TokenUsage], str | None] | None:
+    """The cost estimate of a stream's final usage at the deployment's rate card."""
+    rates = state.rates
+    if rates is None or rates.price_of(deployment) is None:
+        return None
+    return lambda usage: rates.estimate(deployment, usage.prompt_tokens, usage.completion_tokens)
 
 
 def _over_budget(over: HardLimitStanding, attribution: Attribution) -> JSONResponse:
@@ -546,11 +560,13 @@ async def _complete(
     )
     headers = [*headers, (b"content-length", str(len(payload)).encode())]
     if ok and parsed.usage is not None and state.rates is not None:
-        headers += state.rates.estimate_header(
+        cost = state.rates.estimate(
             request.replica.spec.deployment,
             parsed.usage.prompt_tokens,
             parsed.usage.completion_tokens,
         )
+        if cost is not None:
+            headers.append((_COST_ESTIMATE_RAW, cost.encode()))
     await send({"type": "http.response.start", "status": upstream.status_code, "headers": headers})
     await send({"type": "http.response.body", "body": payload})
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -371,13 +371,22 @@ class StreamRelay:
     """One metered stream, read by read: what the client gets and the tokens each read
     carries (pure). Continuous usage is taken out where the client did not ask for it."""
 
-    __slots__ = ("splitter", "tally", "wants_every", "wants_usage")
+    __slots__ = ("estimate", "splitter", "tally", "wants_every", "wants_usage")
 
-    def __init__(self, *, wants_usage: bool, wants_every: bool) -> None:
+    def __init__(
+        self,
+        *,
+        wants_usage: bool,
+        wants_every: bool,
+        estimate: Callable[[TokenUsage], str | None] | None = None,
+    ) -> None:
         self.splitter = SseSplitter()
         self.tally = StreamTally()
         self.wants_usage = wants_usage
         self.wants_every = wants_every
+        self.estimate = estimate
+        """The cost estimate of the final usage (a decimal string), added to the usage chunk
+        the client asked for as ``usage.specledger_cost_estimate``."""
 
     def feed(self, data: bytes) -> tuple[bytes, int]:
         """The bytes to pass on for ``data`` (complete events only) and the tokens the
@@ -398,10 +407,27 @@ class StreamRelay:
                 out.append(raw)
             elif event.usage_only:
                 if self.wants_usage:
-                    out.append(raw)
+                    out.append(self._priced(raw, event))
             else:
                 out.append(raw if self.wants_every else without_usage(event))
         return b"".join(out), tokens
+
+    def _priced(self, raw: bytes, event: ParsedEvent) -> bytes:
+        usage = self.tally.final_usage
+        cost = None if self.estimate is None or usage is None else self.estimate(usage)
+        if cost is None:
+            return raw
+        assert event.payload is not None
+        payload = dict(event.payload)
+        payload["usage"] = {**payload["usage"], ESTIMATE_FIELD: cost}
+        return (
+            b"data: "
+            + json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode()
+            + b"\n\n"
+        )
+
+
+ESTIMATE_FIELD = "specledger_cost_estimate"
 
 
 def _choice_tokens(choice: Any) -> int:

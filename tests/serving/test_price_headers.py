@@ -2,6 +2,7 @@
 deployment's rate card (GET /v1/prices) in headers, the cost estimate of a whole response,
 and what the caller's team may still spend before its hard limit."""
 
+import json
 from datetime import timedelta
 from decimal import Decimal
 
@@ -72,6 +73,11 @@ def test_responses_carry_the_rate_card_the_estimate_and_the_teams_headroom(
         streamed = client.post(
             "/v1/completions", json={**_BODY, "stream": True}, headers=bearer(search)
         )
+        with_usage = client.post(
+            "/v1/completions",
+            json={**_BODY, "stream": True, "stream_options": {"include_usage": True}},
+            headers=bearer(search),
+        )
         other = client.post("/v1/completions", json=_BODY, headers=bearer(ads))
         unpriced = client.post("/v1/completions", json=_BODY, headers=bearer(admin))
     assert whole.status_code == streamed.status_code == other.status_code == 200
@@ -89,6 +95,20 @@ def test_responses_carry_the_rate_card_the_estimate_and_the_teams_headroom(
     assert estimate > 0
     assert abs(estimate - charged) <= Decimal("0.000001")
     assert "x-specledger-cost-estimate" not in streamed.headers  # sent before the tokens
+    # A stream whose client asked for usage gets the estimate in its usage chunk.
+    chunks = [
+        json.loads(line[len("data: ") :])
+        for line in with_usage.text.splitlines()
+        if line.startswith("data: {")
+    ]
+    assert "specledger_cost_estimate" not in json.dumps(chunks[:-1])
+    final = chunks[-1]["usage"]
+    assert (final["prompt_tokens"], final["completion_tokens"]) == (
+        usage["prompt_tokens"],
+        usage["completion_tokens"],
+    )
+    assert final["specledger_cost_estimate"] == whole.headers["x-specledger-cost-estimate"]
+    assert "specledger_cost_estimate" not in streamed.text  # it did not ask for usage
     # search has spent 2.00: 0.50 left before the tighter of its two hard limits.
     remaining = Decimal(whole.headers["x-specledger-budget-remaining"])
     assert Decimal("0.49") < remaining <= Decimal("0.50")
