@@ -108,7 +108,8 @@ def create_proxy_app(
         )
         keyring = budgets = rates = None
         if engine is not None:
-            keyring, budgets, rates = KeyRing(engine), BudgetGuard(engine), RateCard(engine)
+            keyring, budgets = KeyRing(engine), BudgetGuard(engine)
+            rates = RateCard(engine, s3_endpoint_url=config.s3_endpoint_url)
             try:
                 await anyio.to_thread.run_sync(keyring.refresh)
                 await anyio.to_thread.run_sync(budgets.refresh)

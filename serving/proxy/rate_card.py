@@ -22,8 +22,9 @@ COST_ESTIMATE_HEADER = "X-SpecLedger-Cost-Estimate"
 class RateCard:
     """The deployments' prices; :meth:`refresh` is blocking (run it in a thread)."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, *, s3_endpoint_url: str | None = None) -> None:
         self._engine = engine
+        self._s3_endpoint_url = s3_endpoint_url
         self._book = PriceBook(runs=2)
         self._prices: dict[str, DeploymentPrice] = {}
         self._headers: dict[str, list[tuple[bytes, bytes]]] = {}
@@ -31,7 +32,11 @@ class RateCard:
     def refresh(self) -> None:
         with read_session(self._engine) as session:
             month = price_month(session, None)
-            prices = [] if month is None else self._book.prices(session, month)
+            prices = (
+                []
+                if month is None
+                else self._book.prices(session, month, s3_endpoint_url=self._s3_endpoint_url)
+            )
         self._headers = {p.deployment: _price_headers(p, str(month)) for p in prices}
         self._prices = {price.deployment: price for price in prices}
 
