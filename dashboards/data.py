@@ -16,6 +16,7 @@ from app.budgets import service as budgets
 from app.db import read_session, utc_hour
 from app.domain.findings import Thresholds
 from app.domain.ledger import CostLabel, EntryKind
+from app.domain.money import split_picos
 from app.domain.periods import Month
 from app.domain.windows import TimeWindow
 from app.ledger.reconcile import reconcile
@@ -260,12 +261,16 @@ def reconciliation_frame(engine: Engine, *, month: str, team: str | None = None)
     by_currency = result.by_currency()
     records = []
     for currency in sorted(set(result.bill) | set(by_currency)):
-        kinds = {kind: line.effective for kind, line in by_currency.get(currency, {}).items()}
+        # The reconciliation is exact (picos); the page shows micros, rounded for people.
+        kinds = {
+            kind: split_picos(line.effective)[0]
+            for kind, line in by_currency.get(currency, {}).items()
+        }
         bill = result.bill.get(currency)
         records.append(
             (
                 currency,
-                bill.effective if bill else 0,
+                split_picos(bill.effective)[0] if bill else 0,
                 kinds.get(EntryKind.request, 0),
                 kinds.get(EntryKind.shared, 0),
                 kinds.get(EntryKind.idle, 0),

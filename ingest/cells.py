@@ -7,7 +7,7 @@ It raises ``ValueError`` with a user-facing reason when the value cannot be repa
 import json
 import re
 from datetime import UTC, datetime, timedelta
-from decimal import Decimal, InvalidOperation
+from decimal import ROUND_HALF_EVEN, Decimal, InvalidOperation
 
 from app.domain.money import decimal_to_micros
 
@@ -25,6 +25,7 @@ _OVERFLOW_HOUR = re.compile(
 _THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}(?:\D|$))")
 _CURRENCY_SYMBOLS = "$€£¥"
 INT64_MAX = 2**63 - 1
+PICO = Decimal("1E-12")
 
 
 def null_repair(text: str) -> str | None:
@@ -68,6 +69,18 @@ def parse_money_micros(text: str) -> tuple[int, str | None]:
     if abs(micros) > INT64_MAX:
         raise ValueError("amount out of range")
     return micros, repair
+
+
+def parse_money_exact(text: str) -> tuple[Decimal, str | None]:
+    """Parse a cost exactly, to the pico (12 places): digits finer than that (float noise
+    in some exports) are rounded half to even and counted as a repair."""
+    value, repair = parse_number(text)
+    if abs(decimal_to_micros(value)) > INT64_MAX:
+        raise ValueError("amount out of range")
+    exact = value.quantize(PICO, rounding=ROUND_HALF_EVEN)
+    if exact != value:
+        repair = "rounded_to_the_pico"
+    return exact, repair
 
 
 def parse_timestamp(text: str) -> tuple[datetime, str | None]:

@@ -10,6 +10,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from decimal import Decimal
 from typing import Any
 
 import numpy as np
@@ -19,7 +20,10 @@ import pyarrow.compute as pc
 from app.domain.focus import FocusColumn, Kind
 from ingest import cells
 
-MICROS_TYPE = pa.int64()
+EXACT_TYPE = pa.decimal128(38, 12)
+"""Money as read: exact to the pico (``app.domain.money``), split into micros and residual
+when stored (:func:`micros_and_residuals`)."""
+_LARGEST_EXACT = pa.scalar(Decimal(2**63 - 1).scaleb(-6), pa.decimal128(38, 12))
 TIMESTAMP_TYPE = pa.timestamp("us", tz="UTC")
 
 
@@ -152,12 +156,12 @@ def _parse_canonical_numbers(
     done = wanted & pc.fill_null(canonical, False).to_numpy(zero_copy_only=False)
     if kind is Kind.decimal:  # canonical decimal text is kept as written
         return pc.if_else(pa.array(done), dictionary, pa.scalar(None, pa.string())), done
-    micros = _canonical_micros(dictionary.filter(pa.array(done)))
-    if micros is None:
+    exact = _canonical_exact(dictionary.filter(pa.array(done)))
+    if exact is None:
         return None, none
-    values = np.zeros(len(dictionary), dtype=np.int64)
-    values[done] = micros
-    return pa.array(values, mask=~done), done
+    positions = np.full(len(dictionary), -1, dtype=np.int64)
+    positions[done] = np.arange(int(done.sum()))
+    return exact.take(pa.array(positions, mask=~done)), done
 
 
 def _canonical_number_column(kind: Kind, raw: pa.Array) -> pa.Array | None:
@@ -169,36 +173,50 @@ def _canonical_number_column(kind: Kind, raw: pa.Array) -> pa.Array | None:
         return None
     if kind is Kind.decimal:
         return raw.cast(pa.string())
-    valid = pc.is_valid(raw).to_numpy(zero_copy_only=False)
-    micros = _canonical_micros(pc.fill_null(raw, "0"))
-    return None if micros is None else pa.array(micros, mask=~valid)
+    return _canonical_exact(raw)
 
 
-def _canonical_micros(texts: pa.Array) -> np.ndarray | None:
-    """Micros of canonical decimal text via Arrow's exact decimal cast, rounded half-even.
+def _canonical_exact(texts: pa.Array) -> pa.Array | None:
+    """Exact amounts of canonical decimal text via Arrow's decimal cast (nulls kept).
 
-    Returns None when Arrow cannot represent a value (too many digits); the caller then
-    parses those values one by one with Decimal.
+    Returns None when Arrow cannot represent a value exactly at 12 places (more digits) or
+    a value is beyond int64 micros; the caller then parses those values one by one with
+    Decimal, which rounds or reports them.
     """
     try:
-        exact = pc.cast(texts, pa.decimal128(38, 12))
+        exact = pc.cast(texts, EXACT_TYPE)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         return None
-    rounded = pc.round(exact, ndigits=6, round_mode="half_to_even").cast(pa.decimal128(38, 6))
-    # A decimal128(38, 6) stores the unscaled value, i.e. micros, as a 128-bit integer.
-    words = np.frombuffer(rounded.buffers()[1], dtype=np.int64).reshape(-1, 2)
-    words = words[rounded.offset : rounded.offset + len(rounded)]
-    low, high = words[:, 0], words[:, 1]
-    if not np.array_equal(high, np.where(low < 0, -1, 0)):
-        return None  # beyond int64 micros: let the slow path report it
-    return low.copy()
+    if pc.any(pc.greater(pc.abs(exact), _LARGEST_EXACT)).as_py():
+        return None
+    return exact
+
+
+def micros_and_residuals(exact: pa.Array) -> tuple[pa.Array, pa.Array]:
+    """An exact money column as stored: int64 micros rounded half to even, and the int64
+    residual in picos beyond them (0 where the amount is null)."""
+    # Amounts are below 2**63 micros (19 digits and 12 places): one digit to spare for
+    # the difference, which Arrow types one digit wider than its operands.
+    narrow = pa.decimal128(37, 12)
+    rounded = pc.round(exact, ndigits=6, round_mode="half_to_even").cast(narrow)
+    residual = pc.subtract(exact.cast(narrow), rounded).cast(EXACT_TYPE)
+    return _unscaled(rounded.cast(pa.decimal128(38, 6))), pc.fill_null(_unscaled(residual), 0)
+
+
+def _unscaled(values: pa.Array) -> pa.Array:
+    """The unscaled integers of a decimal128 array whose values fit int64 (micros of a
+    decimal128(38, 6), picos of a decimal128(38, 12)), nulls kept."""
+    values = values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
+    words = np.frombuffer(values.buffers()[1], dtype=np.int64).reshape(-1, 2)
+    words = words[values.offset : values.offset + len(values)]
+    return pa.array(words[:, 0].copy(), mask=pc.is_null(values).to_numpy(zero_copy_only=False))
 
 
 def _parser_for(
     column: FocusColumn | None, kind: Kind, *, tags: bool
 ) -> Callable[[str], tuple[Any, str | None]]:
     if kind is Kind.money:
-        return cells.parse_money_micros
+        return cells.parse_money_exact
     if kind is Kind.decimal:
         return _decimal_text
     if kind is Kind.datetime:
@@ -242,7 +260,7 @@ def _provider_value(text: str) -> tuple[str, str | None]:
 
 def _output_type(kind: Kind) -> pa.DataType:
     if kind is Kind.money:
-        return MICROS_TYPE
+        return EXACT_TYPE
     if kind is Kind.datetime:
         return TIMESTAMP_TYPE
     return pa.string()

@@ -28,12 +28,15 @@ from app.domain.focus import (
     Kind,
     detect_version,
 )
+from app.domain.money import residual_column
 from ingest.attributes import distinct_rows
 from ingest.columns import (
+    EXACT_TYPE,
     ColumnResult,
     json_fragments,
     json_objects,
     maps_to_json_text,
+    micros_and_residuals,
     normalise_column,
 )
 from ingest.errors import IngestError, Problem
@@ -368,7 +371,11 @@ def _value_table(results: dict[str, ColumnResult], length: int, first_row: int) 
         "source_row": pa.array(np.arange(first_row, first_row + length, dtype=np.int32)),
     }
     for focus_name in ROW_VALUE_FOCUS_COLUMNS:
-        columns[TYPED_COLUMNS[focus_name]] = _typed(focus_name, results, length)
+        name, values = TYPED_COLUMNS[focus_name], _typed(focus_name, results, length)
+        if BY_NAME[focus_name].kind is Kind.money:
+            columns[name], columns[residual_column(name)] = micros_and_residuals(values)
+        else:
+            columns[name] = values
     return pa.table(columns)
 
 
@@ -402,7 +409,7 @@ def _typed(focus_name: str, results: dict[str, ColumnResult], length: int) -> pa
 
 def _null_type(kind: Kind) -> pa.DataType:
     if kind is Kind.money:
-        return pa.int64()
+        return EXACT_TYPE
     if kind is Kind.datetime:
         return pa.timestamp("us", tz="UTC")
     return pa.string()

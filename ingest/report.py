@@ -5,7 +5,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from app.domain.money import format_micros
+from app.domain.money import format_picos
 from ingest.errors import Problem
 
 NO_CURRENCY = "(none)"
@@ -13,17 +13,19 @@ NO_CURRENCY = "(none)"
 
 @dataclass
 class CostTotals:
-    billed_cost_micros: int = 0
-    effective_cost_micros: int = 0
+    """Exact sums of the rows, in picos (``app.domain.money``): the provider's own totals."""
+
+    billed_cost_picos: int = 0
+    effective_cost_picos: int = 0
 
     def add(self, other: "CostTotals") -> None:
-        self.billed_cost_micros += other.billed_cost_micros
-        self.effective_cost_micros += other.effective_cost_micros
+        self.billed_cost_picos += other.billed_cost_picos
+        self.effective_cost_picos += other.effective_cost_picos
 
     def to_json(self) -> dict[str, str]:
         return {
-            "BilledCost": format_micros(self.billed_cost_micros),
-            "EffectiveCost": format_micros(self.effective_cost_micros),
+            "BilledCost": format_picos(self.billed_cost_picos),
+            "EffectiveCost": format_picos(self.effective_cost_picos),
         }
 
 
@@ -155,14 +157,14 @@ class IngestReport:
             )
             for currency, t in sorted(p.totals_by_currency.items()):
                 lines.append(
-                    f"      {currency:<6} BilledCost {format_micros(t.billed_cost_micros)}"
-                    f"  EffectiveCost {format_micros(t.effective_cost_micros)}"
+                    f"      {currency:<6} BilledCost {format_picos(t.billed_cost_picos)}"
+                    f"  EffectiveCost {format_picos(t.effective_cost_picos)}"
                 )
         lines.append("Totals:")
         for currency, t in sorted(self.totals_by_currency().items()):
             lines.append(
-                f"  {currency:<6} BilledCost {format_micros(t.billed_cost_micros)}"
-                f"  EffectiveCost {format_micros(t.effective_cost_micros)}"
+                f"  {currency:<6} BilledCost {format_picos(t.billed_cost_picos)}"
+                f"  EffectiveCost {format_picos(t.effective_cost_picos)}"
             )
         if self.repairs:
             lines.append(

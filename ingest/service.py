@@ -23,6 +23,7 @@ import pyarrow.compute as pc
 from sqlalchemy import Connection, Engine
 
 from app.domain import focus
+from app.domain.money import exact_picos, residual_column, split_picos
 from app.ledger.deliveries import charge_keys_of, current_deliveries, shared_charges
 from ingest.charge_identity import TYPED_IDENTITY, attribute_digests, charge_keys
 from ingest.columns import normalise_column
@@ -177,8 +178,10 @@ def ingest_billing(
                         billing_accounts=sorted(period.accounts),
                         totals={
                             currency: {
-                                "billed_cost_micros": t.billed_cost_micros,
-                                "effective_cost_micros": t.effective_cost_micros,
+                                "billed_cost_micros": split_picos(t.billed_cost_picos)[0],
+                                "effective_cost_micros": split_picos(t.effective_cost_picos)[0],
+                                "billed_cost_picos": t.billed_cost_picos,
+                                "effective_cost_picos": t.effective_cost_picos,
                             }
                             for currency, t in period.totals.items()
                         },
@@ -442,8 +445,14 @@ def _add_stats(period: _Period, values: pa.Table, attributes: pa.Table) -> None:
     """Count the rows and add up their costs, per provider and currency, from the totals of
     each attribute combination the rows use."""
     period.rows += values.num_rows
+    money = [
+        "billed_cost_micros",
+        "effective_cost_micros",
+        residual_column("billed_cost_micros"),
+        residual_column("effective_cost_micros"),
+    ]
     per_combination = values.group_by("attributes_index").aggregate(
-        [("source_row", "count"), ("billed_cost_micros", "sum"), ("effective_cost_micros", "sum")]
+        [("source_row", "count"), *((name, "sum") for name in money)]
     )
     used = attributes.take(per_combination["attributes_index"])
     period.accounts.update(
@@ -458,8 +467,7 @@ def _add_stats(period: _Period, values: pa.Table, attributes: pa.Table) -> None:
             "provider": used["provider_name"],
             "currency": used["billing_currency"],
             "rows": per_combination["source_row_count"],
-            "billed": per_combination["billed_cost_micros_sum"],
-            "effective": per_combination["effective_cost_micros_sum"],
+            **{name: per_combination[f"{name}_sum"] for name in money},
         }
     )
     providers = totals.group_by("provider").aggregate([("rows", "sum")])
@@ -467,15 +475,15 @@ def _add_stats(period: _Period, values: pa.Table, attributes: pa.Table) -> None:
         providers["provider"].to_pylist(), providers["rows_sum"].to_pylist(), strict=True
     ):
         period.by_provider[name if name is not None else "(none)"] += count
-    sums = totals.group_by("currency").aggregate([("billed", "sum"), ("effective", "sum")])
-    for currency, billed, effective in zip(
-        sums["currency"].to_pylist(),
-        sums["billed_sum"].to_pylist(),
-        sums["effective_sum"].to_pylist(),
-        strict=True,
-    ):
+    sums = totals.group_by("currency").aggregate([(name, "sum") for name in money])
+    billed, effective, billed_rest, effective_rest = (
+        [int(v or 0) for v in sums[f"{name}_sum"].to_pylist()] for name in money
+    )
+    for i, currency in enumerate(sums["currency"].to_pylist()):
         period.totals.setdefault(currency or NO_CURRENCY, CostTotals()).add(
-            CostTotals(int(billed or 0), int(effective or 0))
+            CostTotals(
+                exact_picos(billed[i], billed_rest[i]), exact_picos(effective[i], effective_rest[i])
+            )
         )
 
 

@@ -21,6 +21,7 @@ from typing import Any
 import duckdb
 import ibis
 import ibis.expr.types as ir
+import numpy as np
 import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
@@ -36,6 +37,7 @@ from app.allocation.plan import (
     Stage,
     allocate_tables,
 )
+from app.domain.money import residual_column
 from app.settings import Settings
 
 SMALL_INPUTS = ("rows", "deployments", "replicas", "job_links")
@@ -80,6 +82,8 @@ ROLLUP_KEYS = (
 )
 """What entries are summed by for ledger_rollups. A pool lies in one charge period of one
 deployment, so these keys make about as many rows as (charge hour, deployment, team)."""
+ROLLUP_AMOUNTS = (*(o for _, o in BASES), *(residual_column(o) for _, o in BASES))
+"""The amounts summed: micros and residual picos of each cost basis."""
 
 
 def rollup(entries: ir.Table) -> ir.Table:
@@ -89,7 +93,7 @@ def rollup(entries: ir.Table) -> ir.Table:
     return entries.group_by(list(ROLLUP_KEYS)).aggregate(
         entries=entries.count(),
         gpu_ns=entries.gpu_ns.sum(),
-        **{out: entries[out].sum() for _, out in BASES},
+        **{out: entries[out].sum() for out in ROLLUP_AMOUNTS},
     )
 
 
@@ -134,10 +138,10 @@ def _typed(sql: str, columns: tuple[str, ...]) -> str:
 @lru_cache(maxsize=2)
 def rollup_sql(dialect: str) -> str:
     """:func:`rollup` as SQL over the view ``specledger_entries``."""
-    columns = (*ROLLUP_KEYS, "gpu_ns", *(o for _, o in BASES))
+    columns = (*ROLLUP_KEYS, "gpu_ns", *ROLLUP_AMOUNTS)
     schema = {c: "string" if c in ENTRY_TEXT_COLUMNS else "int64" for c in columns}
     sql = str(ibis.to_sql(rollup(ibis.table(schema, name=_view("entries"))), dialect=dialect))
-    return _typed(sql, (*ROLLUP_KEYS, "entries", "gpu_ns", *(o for _, o in BASES)))
+    return _typed(sql, (*ROLLUP_KEYS, "entries", "gpu_ns", *ROLLUP_AMOUNTS))
 
 
 @dataclass(frozen=True)
@@ -375,12 +379,23 @@ def _quote(text: str) -> str:
 
 def conform(name: str, table: pa.Table | None) -> pa.Table:
     """An input table with exactly its declared columns and types (an empty one included;
-    None: an empty one)."""
+    None: an empty one). Residual columns left out are 0: amounts given in micros only."""
     types = {"int64": pa.int64(), "string": pa.string(), "boolean": pa.bool_()}
     schema = pa.schema([(c, types[t]) for c, t in INPUT_SCHEMAS[name].items()])
     if table is None:
         return schema.empty_table()
-    return pa.table({f.name: table[f.name].cast(f.type) for f in schema}, schema=schema)
+    zeros = pa.array(np.zeros(table.num_rows, np.int64))
+    return pa.table(
+        {
+            f.name: (
+                zeros
+                if f.name.endswith("_residual_picos") and f.name not in table.column_names
+                else table[f.name].cast(f.type)
+            )
+            for f in schema
+        },
+        schema=schema,
+    )
 
 
 def _splits_jobs(inputs: Mapping[str, pa.Table]) -> bool:

@@ -25,7 +25,10 @@ of DESIGN.md "Allocation":
   stays the job's own (``gpu_seconds:slurm-unmetered``), so the job's share is kept exactly;
 * every split is largest remainder on the magnitude in integer micros with 128-bit
   intermediates (DECIMAL(38,0)), ties to the earlier member, so the entries of each pool sum
-  exactly to it in EffectiveCost, BilledCost, ListCost and ContractedCost.
+  exactly to it in EffectiveCost, BilledCost, ListCost and ContractedCost; and the same
+  split is made of the exact amounts in picos (micros and residual, see
+  ``app.domain.money``), in the same ranking, so the entries' exact amounts sum to the
+  bill's exactly as well, each within a pico of its exact share.
 
 Exact division: engines divide decimals through floating point, so ``a // b`` is computed as
 ``round((a - a % b) / b)``, exact while the quotient is below 2**50 (the loader refuses a
@@ -40,6 +43,7 @@ import ibis.expr.datatypes as dt
 import ibis.expr.types as ir
 
 from app.domain.ledger import AllocationMethod, EntryKind, SharedPolicy
+from app.domain.money import PICOS_PER_MICRO, residual_column
 
 HOUR_US = 3_600_000_000
 DEC = dt.Decimal(38, 0)
@@ -55,6 +59,10 @@ INPUT_SCHEMAS: dict[str, dict[str, str]] = {
         "billed": "int64",
         "list_cost": "int64",
         "contracted": "int64",
+        "effective_residual_picos": "int64",
+        "billed_residual_picos": "int64",
+        "list_cost_residual_picos": "int64",
+        "contracted_residual_picos": "int64",
         "currency": "string",
         "tag_value": "string",
         "resource_id": "string",
@@ -109,6 +117,10 @@ ENTRY_COLUMNS = (
     "billed_cost_micros",
     "list_cost_micros",
     "contracted_cost_micros",
+    "effective_cost_residual_picos",
+    "billed_cost_residual_picos",
+    "list_cost_residual_picos",
+    "contracted_cost_residual_picos",
     "currency",
     "corrects_month",
 )
@@ -134,7 +146,8 @@ BASES = (
     ("list_cost", "list_cost_micros"),
     ("contracted", "contracted_cost_micros"),
 )
-"""(pool column, entry column) of each cost basis split."""
+"""(pool column, entry column) of each cost basis split; each has its residual in picos
+beside it (``app.domain.money.residual_column``)."""
 
 POOL_MEMBER_COLUMNS = ("pool_id", "billing_row_id")
 _REQUEST_COLUMNS = (
@@ -195,12 +208,14 @@ def largest_remainder(
         order: Columns breaking ties between equal remainders (ascending: earlier first);
             unique per group.
         weight: Non-negative integer weight column; a group's weights must not all be zero.
-        bases: (amount column, output column) pairs, each split independently.
+        bases: (amount column, output column) pairs, each split independently; each amount's
+            residual column is split with it into the output's residual column.
         stage: Applied to the tables the split reads more than once (see
             :func:`allocate_plan`).
 
     Returns:
-        ``members`` with one output column per basis (int64 micros).
+        ``members`` with two output columns per basis: int64 micros, and the int64 residual
+        in picos of the exact share.
 
     A group whose bases all hold the same amount (on-demand usage: list, contracted, billed
     and effective cost alike) is ranked once and its shares copied: the ranking is the costly
@@ -208,9 +223,17 @@ def largest_remainder(
     """
     members = stage(members, derived=True)
     amounts = [amount for amount, _ in bases]
-    uniform = ibis.and_(*(members[a] == members[amounts[0]] for a in amounts[1:]))
+    first = amounts[0]
+    uniform = ibis.and_(
+        *(members[a] == members[first] for a in amounts[1:]),
+        *(members[residual_column(a)] == members[residual_column(first)] for a in amounts[1:]),
+    )
     alike = _split(members.filter(uniform), group, order, weight, bases[:1], stage)
-    alike = alike.mutate(**{out: alike[bases[0][1]] for _, out in bases[1:]})
+    first_out = bases[0][1]
+    alike = alike.mutate(
+        **{out: alike[first_out] for _, out in bases[1:]},
+        **{residual_column(out): alike[residual_column(first_out)] for _, out in bases[1:]},
+    )
     if len(bases) == 1:
         return alike
     mixed = _split(members.filter(~uniform), group, order, weight, bases, stage)
@@ -227,26 +250,107 @@ def _split(
 ) -> ir.Table:
     """:func:`largest_remainder` ranking every basis. Group sums are aggregates joined back,
     not windows: a window re-partitions every column of the members, an aggregate only the
-    keys."""
+    keys.
+
+    Each basis is split twice with one ranking (the costly step): its exact amount in picos,
+    ``E = M * 10**6 + R`` (micros and residual), by largest remainder, so each share is within
+    a pico of its exact share; and its micros, each the floor of its share of ``M`` plus one
+    for the first members of the same ranking, so the micros sum to ``M`` and each is within
+    a micro of its share. The residual stored is the exact share less the micros."""
     totals = members.group_by(group).aggregate(_wsum=members[weight].cast(DEC).sum())
     t = stage(members.join(totals, group), derived=True)
+    # Each step is its own projection whose columns the next one reads: an expression used
+    # twice in one projection is written out twice, which grows the SQL and the engines'
+    # planning time.
+    step: dict[str, ir.Value] = {}
     for amount, out in bases:
-        magnitude = t[amount].abs().cast(DEC)
-        base, remainder = exact_divmod(magnitude * t[weight].cast(DEC), t._wsum)
-        t = t.mutate(**{f"_base_{out}": base, f"_rem_{out}": remainder})
+        residual, w = t[residual_column(amount)], t[weight].cast(DEC)
+        base, remainder = exact_divmod(t[amount].abs().cast(DEC) * w, t._wsum)
+        pico_base, pico_remainder = exact_divmod(residual.abs().cast(DEC) * w, t._wsum)
+        exact = t[amount].cast(DEC) * PICOS_PER_MICRO + residual.cast(DEC)
+        step |= {
+            f"_base_{out}": base,
+            f"_rem_{out}": remainder,
+            f"_rbase_{out}": pico_base,
+            f"_rrem_{out}": pico_remainder,
+            f"_xabs_{out}": exact.abs(),
+            f"_xsign_{out}": ibis.ifelse(exact < 0, -1, 1).cast(DEC),
+        }
+    t = t.mutate(**step)
+    # |M| * w = base * W + rem, so M's share in picos is sign(M) * (base * 10**6 + a + a_rem / W)
+    # with divmod(rem * 10**6, W) = (a, a_rem): a stays below 10**6, so the quotient is exact.
+    # Signs are taken relative to the exact amount's: the split is of its magnitude, and a
+    # credit splits as the mirror image of a charge (as ``split_by_weight``).
+    step = {}
+    for amount, out in bases:
+        a, a_rem = exact_divmod(t[f"_rem_{out}"] * PICOS_PER_MICRO, t._wsum)
+        m_sign = ibis.ifelse(t[amount] < 0, -1, 1).cast(DEC) * t[f"_xsign_{out}"]
+        r_sign = ibis.ifelse(t[residual_column(amount)] < 0, -1, 1).cast(DEC) * t[f"_xsign_{out}"]
+        step |= {
+            f"_whole_{out}": m_sign * (t[f"_base_{out}"].cast(DEC) * PICOS_PER_MICRO + a.cast(DEC))
+            + r_sign * t[f"_rbase_{out}"].cast(DEC),
+            # Both fractions' numerators over W: their sum lies in (-2W, 2W).
+            f"_frac_{out}": m_sign * a_rem + r_sign * t[f"_rrem_{out}"],
+        }
+    t = t.mutate(**step)
+    step = {}
+    for _, out in bases:
+        frac, wsum = t[f"_frac_{out}"], t._wsum
+        carry = ibis.cases((frac >= wsum, 1), (frac >= 0, 0), (frac >= -wsum, -1), else_=-2)
+        step |= {f"_carry_{out}": carry.cast(DEC)}
+    t = t.mutate(**step)
+    step = {}
+    for _, out in bases:
+        carry = t[f"_carry_{out}"]
+        step |= {
+            f"_pfloor_{out}": t[f"_whole_{out}"] + carry,
+            f"_prem_{out}": t[f"_frac_{out}"] - carry * t._wsum,
+        }
+    t = t.mutate(**step)
+    # Kept (a temporary table in DuckDB's staged run): read by the aggregate and the join
+    # below, its arithmetic inlined twice made DuckDB's plan of the split three times slower.
+    t = stage(t)
     spread = t.group_by(group).aggregate(
-        **{f"_spread_{out}": t[f"_base_{out}"].sum() for _, out in bases}
+        **{f"_spread_{out}": t[f"_base_{out}"].sum() for _, out in bases},
+        **{f"_pspread_{out}": t[f"_pfloor_{out}"].sum() for _, out in bases},
     )
     t = t.join(spread, group)
+    t = t.mutate(
+        **{
+            f"_rank_{out}": ibis.row_number().over(
+                group_by=group, order_by=[ibis.desc(t[f"_prem_{out}"]), *(t[c] for c in order)]
+            )
+            for _, out in bases
+        }
+    )
+    step = {}
     for amount, out in bases:
-        leftover = t[amount].abs() - t[f"_spread_{out}"]
-        rank = ibis.row_number().over(
-            group_by=group, order_by=[ibis.desc(t[f"_rem_{out}"]), *(t[c] for c in order)]
-        )
-        share = t[f"_base_{out}"] + (rank < leftover).cast("int64")
-        t = t.mutate(**{out: ibis.ifelse(t[amount] < 0, -share, share)})
-    scratch = [c for c in t.columns if c.startswith(("_base_", "_rem_", "_spread_"))]
-    return t.drop("_wsum", *scratch)
+        rank = t[f"_rank_{out}"]
+        share = t[f"_base_{out}"] + (rank < t[amount].abs() - t[f"_spread_{out}"]).cast("int64")
+        step |= {
+            f"_micros_{out}": ibis.ifelse(t[amount] < 0, -share, share),
+            f"_pshare_{out}": t[f"_xsign_{out}"]
+            * (
+                t[f"_pfloor_{out}"]
+                + (rank.cast(DEC) < t[f"_xabs_{out}"] - t[f"_pspread_{out}"]).cast(DEC)
+            ),
+        }
+    t = t.mutate(**step)
+    step = {}
+    for _, out in bases:
+        micros = t[f"_micros_{out}"]
+        step |= {
+            out: micros,
+            residual_column(out): (t[f"_pshare_{out}"] - micros.cast(DEC) * PICOS_PER_MICRO).cast(
+                "int64"
+            ),
+        }
+    t = t.mutate(**step)
+    scratch: tuple[str, ...] = ("_base_", "_rem_", "_rbase_", "_rrem_", "_xabs_", "_xsign_")
+    scratch += ("_whole_", "_frac_")
+    scratch += ("_carry_", "_pfloor_", "_prem_", "_spread_", "_pspread_", "_rank_", "_micros_")
+    scratch += ("_pshare_",)
+    return t.drop("_wsum", *(c for c in t.columns if c.startswith(scratch)))
 
 
 def _with_hours(table: ir.Table, start: str, end: str, name: str) -> ir.Table:
@@ -329,7 +433,8 @@ def pools(matched: ir.Table) -> tuple[ir.Table, ir.Table]:
     )
     members = m.filter(m.rows_in_pool > 1).select("pool_id", billing_row_id=m.row_id)
     pooled = m.group_by([*key, "pool_id", "rows_in_pool"]).aggregate(
-        **{amount: m[amount].sum() for amount, _ in BASES}
+        **{amount: m[amount].sum() for amount, _ in BASES},
+        **{residual_column(a): m[residual_column(a)].sum() for a, _ in BASES},
     )
     return pooled, members
 
@@ -472,6 +577,7 @@ def _entry(
         team=team.cast("string"),
         gpu_ns=gpu_ns.cast("int64"),
         **{out: source[out].cast("int64") for _, out in BASES},
+        **{residual_column(out): source[residual_column(out)].cast("int64") for _, out in BASES},
         currency=source.currency,
         corrects_month=source.corrects_month.cast("string"),
     )
@@ -479,7 +585,11 @@ def _entry(
 
 def _unallocated(matched: ir.Table) -> ir.Table:
     rows = matched.filter(matched.deployment.isnull())
-    rows = rows.mutate(pool_id=rows.row_id, **{out: rows[amount] for amount, out in BASES})
+    rows = rows.mutate(
+        pool_id=rows.row_id,
+        **{out: rows[amount] for amount, out in BASES},
+        **{residual_column(out): rows[residual_column(amount)] for amount, out in BASES},
+    )
     none = ibis.null().cast("string")
     return _entry(
         rows,
@@ -538,7 +648,12 @@ def _by_weight(
     everyone = members.union(idle_members)
     # The split reads the amounts only; the pool's other columns join its result, so the
     # rows that the split sorts stay narrow.
-    amounts = p.select("pool_id", *[amount for amount, _ in BASES], two_level=two_level)
+    amounts = p.select(
+        "pool_id",
+        *[amount for amount, _ in BASES],
+        *[residual_column(amount) for amount, _ in BASES],
+        two_level=two_level,
+    )
     described = p.select(
         "pool_id",
         "start_us",
@@ -596,9 +711,11 @@ def _two_level_split(members: ir.Table, stage: Stage) -> ir.Table:
     )
     deep = members.filter(members.two_level)
     bucket_key = ["pool_id", "hour", "is_idle", "team"]
-    buckets = deep.group_by([*bucket_key, *[amount for amount, _ in BASES]]).aggregate(
-        bucket_weight=deep.weight.sum()
-    )
+    pool_amounts = [
+        *[amount for amount, _ in BASES],
+        *[residual_column(amount) for amount, _ in BASES],
+    ]
+    buckets = deep.group_by([*bucket_key, *pool_amounts]).aggregate(bucket_weight=deep.weight.sum())
     buckets = largest_remainder(
         buckets,
         group=["pool_id"],
@@ -606,7 +723,11 @@ def _two_level_split(members: ir.Table, stage: Stage) -> ir.Table:
         weight="bucket_weight",
         bases=[(amount, f"bucket_{amount}") for amount, _ in BASES],
         stage=stage,
-    ).select(*bucket_key, *[f"bucket_{amount}" for amount, _ in BASES])
+    ).select(
+        *bucket_key,
+        *[f"bucket_{amount}" for amount, _ in BASES],
+        *[residual_column(f"bucket_{amount}") for amount, _ in BASES],
+    )
     # Null-safe join on team: a bucket of requests that name no team.
     deep = deep.mutate(team_key=ibis.coalesce(deep.team, NO_TEAM_KEY))
     buckets = buckets.mutate(team_key=ibis.coalesce(buckets.team, NO_TEAM_KEY)).drop("team")
@@ -709,7 +830,12 @@ def _split_slurm_jobs(
             is_rest=ibis.literal(True),
         )
     )
-    job_amounts = j.select(*keys, *[j[out].name(f"job_{out}") for out in amounts], job_team="team")
+    job_amounts = j.select(
+        *keys,
+        *[j[out].name(f"job_{out}") for out in amounts],
+        *[j[residual_column(out)].name(residual_column(f"job_{out}")) for out in amounts],
+        job_team="team",
+    )
     split = largest_remainder(
         members.join(job_amounts, list(keys)),
         group=list(keys),
@@ -749,6 +875,7 @@ def _split_slurm_jobs(
         team=ibis.coalesce(s.team, s.job_team).cast("string"),
         gpu_ns=s.weight.cast("int64"),
         **{out: s[out].cast("int64") for out in amounts},
+        **{residual_column(out): s[residual_column(out)].cast("int64") for out in amounts},
         currency=s.currency,
         corrects_month=s.corrects_month.cast("string"),
     )

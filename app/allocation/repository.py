@@ -16,6 +16,7 @@ from sqlalchemy.orm import Session
 
 from app.allocation.plan import BASES, MAX_EXACT_MICROS
 from app.domain.errors import InvalidInput
+from app.domain.money import residual_column
 from app.domain.slurm_jobs import job_event_id, job_key
 from app.kit.epoch import to_us
 from app.models import BillingDelivery, BillingRow, Deployment, Replica, SlurmJob, UsageRecord
@@ -28,6 +29,9 @@ _COST_COLUMNS = {
     "billed": BillingRow.billed_cost_micros,
     "list_cost": BillingRow.list_cost_micros,
     "contracted": BillingRow.contracted_cost_micros,
+}
+_RESIDUAL_COLUMNS = {
+    name: getattr(BillingRow, residual_column(column.key)) for name, column in _COST_COLUMNS.items()
 }
 
 
@@ -109,6 +113,7 @@ def billing_rows(
             type_coerce(BillingRow.charge_period_end, _PLAIN),
             type_coerce(BillingRow.billing_period_start, _PLAIN),
             *_COST_COLUMNS.values(),
+            *_RESIDUAL_COLUMNS.values(),
             BillingRow.billing_currency,
             BillingRow.tags,
             BillingRow.resource_id,
@@ -130,6 +135,7 @@ def billing_rows(
     starts = to_us([r[1] or r[3] for r in records])
     ends = to_us([r[2] or r[1] or r[3] for r in records])
     costs = {name: [r[4 + i] or 0 for r in records] for i, name in enumerate(_COST_COLUMNS)}
+    residuals = [[r[8 + i] or 0 for r in records] for i in range(len(_RESIDUAL_COLUMNS))]
     for name, values in costs.items():
         for row_id, value in zip(ids, values, strict=True):
             if abs(value) >= MAX_EXACT_MICROS:
@@ -143,12 +149,16 @@ def billing_rows(
             "start_us": pa.array(starts),
             "end_us": pa.array(ends),
             **{name: pa.array(costs[name], pa.int64()) for name, _ in BASES},
-            "currency": pa.array([r[8] or "" for r in records], pa.string()),
-            "tag_value": pa.array([_tag(r[9], tag_key) for r in records], pa.string()),
-            "resource_id": pa.array([r[10] or None for r in records], pa.string()),
-            "category_compute": pa.array([r[11] == "Compute" for r in records], pa.bool_()),
+            **{
+                residual_column(name): pa.array(values, pa.int64())
+                for name, values in zip(_COST_COLUMNS, residuals, strict=True)
+            },
+            "currency": pa.array([r[12] or "" for r in records], pa.string()),
+            "tag_value": pa.array([_tag(r[13], tag_key) for r in records], pa.string()),
+            "resource_id": pa.array([r[14] or None for r in records], pa.string()),
+            "category_compute": pa.array([r[15] == "Compute" for r in records], pa.bool_()),
             "corrects_month": pa.array(
-                [_corrects(r[12], r[1] or r[3], booked_month) for r in records], pa.string()
+                [_corrects(r[16], r[1] or r[3], booked_month) for r in records], pa.string()
             ),
         }
     )

@@ -96,14 +96,14 @@ def restatement_adjustments(
             session, window, bool(share_idle), tag_key, engine or PlanEngine(), closed_store
         )
         booked = _booked_for(session, closed_month, exclude_month=month, store=store)
+        none = (0,) * len(_AMOUNTS)
         diff = {
-            key: (
-                target.get(key, (0, 0))[0] - booked.get(key, (0, 0))[0],
-                target.get(key, (0, 0))[1] - booked.get(key, (0, 0))[1],
+            key: tuple(
+                a - b for a, b in zip(target.get(key, none), booked.get(key, none), strict=True)
             )
             for key in set(target) | set(booked)
         }
-        diff = {k: v for k, v in diff.items() if v != (0, 0)}
+        diff = {k: v for k, v in diff.items() if v != none}
         if diff:
             tables.append(_adjustment_table(closed_month, window, diff))
             adjusted.append(closed_month)
@@ -151,6 +151,15 @@ def _has_adjustments(session: Session, month: Month) -> bool:
 
 
 _KEY_COLUMNS = ["kind", "deployment", "team", "session_id", "currency"]
+_AMOUNTS = (
+    "effective_cost_micros",
+    "billed_cost_micros",
+    "effective_cost_residual_picos",
+    "billed_cost_residual_picos",
+)
+"""What an adjustment restates: both cost bases, in micros and to the pico."""
+Sums = tuple[int, ...]
+"""The :data:`_AMOUNTS` of one key."""
 
 
 def _aggregate_computed(
@@ -160,7 +169,7 @@ def _aggregate_computed(
     tag_key: str,
     engine: PlanEngine,
     store: DatasetStore | None,
-) -> dict[Key, tuple[int, int]]:
+) -> dict[Key, Sums]:
     """The month allocated again (in memory from the database's usage, or through Parquet
     from its store's), summed at the adjustments' grain."""
     if store is None:
@@ -172,28 +181,27 @@ def _aggregate_computed(
     usage = plan_usage(store, *usage_span(small["rows"]))
     with tempfile.TemporaryDirectory(prefix="specledger-restate-") as scratch:
         engine.allocate_dataset(small, usage, Path(scratch), share_idle=share_idle)
-        columns = [*_KEY_COLUMNS, "effective_cost_micros", "billed_cost_micros"]
+        columns = [*_KEY_COLUMNS, *_AMOUNTS]
         return _sums(ds.dataset(Path(scratch) / "entries").to_table(columns=columns))
 
 
-def _sums(entries: pa.Table) -> dict[Key, tuple[int, int]]:
+def _sums(entries: pa.Table) -> dict[Key, Sums]:
     sums = entries.group_by(_KEY_COLUMNS, use_threads=False).aggregate(
-        [("effective_cost_micros", "sum"), ("billed_cost_micros", "sum")]
+        [(name, "sum") for name in _AMOUNTS]
     )
+    keys = zip(*(sums[c].to_pylist() for c in _KEY_COLUMNS), strict=True)
+    amounts = zip(*(sums[f"{name}_sum"].to_pylist() for name in _AMOUNTS), strict=True)
     return {
-        (EntryKind(kind), deployment, team, session_id, currency): (int(eff), int(billed))
-        for kind, deployment, team, session_id, currency, eff, billed in zip(
-            *(sums[c].to_pylist() for c in _KEY_COLUMNS),
-            sums["effective_cost_micros_sum"].to_pylist(),
-            sums["billed_cost_micros_sum"].to_pylist(),
-            strict=True,
+        (EntryKind(kind), deployment, team, session_id, currency): tuple(int(v) for v in values)
+        for (kind, deployment, team, session_id, currency), values in zip(
+            keys, amounts, strict=True
         )
     }
 
 
 def _booked_for(
     session: Session, month: Month, *, exclude_month: Month, store: DatasetStore | None
-) -> dict[Key, tuple[int, int]]:
+) -> dict[Key, Sums]:
     """What the ledger already holds for a month: its own entries plus adjustments to it
     booked in other months (the month being allocated is re-run, so it is left out), read
     from each run's entries wherever the run keeps them."""
@@ -209,16 +217,17 @@ def _booked_for(
         .distinct()
         .order_by(LedgerRollup.run_id)
     ).all()
-    totals: dict[Key, list[int]] = defaultdict(lambda: [0, 0])
+    totals: dict[Key, list[int]] = defaultdict(lambda: [0] * len(_AMOUNTS))
     for run_id in runs:
         with entry_reader(session, run_id, store=store) as reader:
             rows = reader.rows(_booked_query(run_id, month, exclude_month))
-        for entry_kind, method, deployment, team, session_id, currency, eff, billed in rows:
+        for entry_kind, method, deployment, team, session_id, currency, *amounts in rows:
             # An adjustment keeps the kind it adjusts in its method.
             base = AllocationMethod(method).restated_kind or EntryKind(entry_kind)
-            totals[(base, deployment, team, session_id, currency)][0] += int(eff)
-            totals[(base, deployment, team, session_id, currency)][1] += int(billed)
-    return {k: (v[0], v[1]) for k, v in totals.items()}
+            key = (base, deployment, team, session_id, currency)
+            for i, amount in enumerate(amounts):
+                totals[key][i] += int(amount or 0)
+    return {k: tuple(v) for k, v in totals.items()}
 
 
 def _booked_query(run_id: int, month: Month, exclude_month: Month) -> Select[*tuple[Any, ...]]:
@@ -239,17 +248,14 @@ def _booked_query(run_id: int, month: Month, exclude_month: Month) -> Select[*tu
     return (
         select(
             *columns,
-            func.sum(LedgerEntry.effective_cost_micros),
-            func.sum(LedgerEntry.billed_cost_micros),
+            *(func.sum(getattr(LedgerEntry, name)) for name in _AMOUNTS),
         )
         .where(LedgerEntry.run_id == run_id, own | later)
         .group_by(*columns)
     )
 
 
-def _adjustment_table(
-    corrects: Month, window: Window | None, diff: dict[Key, tuple[int, int]]
-) -> pa.Table:
+def _adjustment_table(corrects: Month, window: Window | None, diff: dict[Key, Sums]) -> pa.Table:
     """Adjusting entries shaped as the plan's (plan.ENTRY_COLUMNS)."""
     keys = sorted(diff, key=lambda k: tuple("" if x is None else str(x) for x in k))
     n = len(keys)
@@ -275,6 +281,10 @@ def _adjustment_table(
             "billed_cost_micros": pa.array([diff[k][1] for k in keys], pa.int64()),
             "list_cost_micros": pa.nulls(n, pa.int64()),
             "contracted_cost_micros": pa.nulls(n, pa.int64()),
+            "effective_cost_residual_picos": pa.array([diff[k][2] for k in keys], pa.int64()),
+            "billed_cost_residual_picos": pa.array([diff[k][3] for k in keys], pa.int64()),
+            "list_cost_residual_picos": pa.array([0] * n, pa.int64()),
+            "contracted_cost_residual_picos": pa.array([0] * n, pa.int64()),
             "currency": pa.array([k[4] for k in keys], text),
             "corrects_month": pa.array([str(corrects)] * n, text),
         }

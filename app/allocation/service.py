@@ -15,6 +15,7 @@ from sqlalchemy import delete, insert, update
 from sqlalchemy.orm import Session
 
 from app.allocation.engine import DatasetRun, PlanEngine
+from app.allocation.plan import BASES
 from app.allocation.repository import (
     empty_usage,
     usage_batches_between,
@@ -24,6 +25,7 @@ from app.allocation.restatement import restatement_adjustments
 from app.allocation.windowing import Window, small_inputs
 from app.domain.errors import MonthClosed
 from app.domain.ledger import RunStatus
+from app.domain.money import residual_column
 from app.domain.periods import Month
 from app.kit.bulk import bulk_insert
 from app.models import AllocationRun, LedgerClosure, LedgerEntry, LedgerPoolRow, LedgerRollup
@@ -291,6 +293,7 @@ def entries_table(run_id: int, booked: str, entries: pa.Table) -> pa.Table:
             "billed_cost_micros": entries["billed_cost_micros"],
             "list_cost_micros": entries["list_cost_micros"],
             "contracted_cost_micros": entries["contracted_cost_micros"],
+            **{residual_column(out): entries[residual_column(out)] for _, out in BASES},
             "currency": entries["currency"],
         }
     )

@@ -20,7 +20,7 @@ from app.cli._support import (
     user_errors,
 )
 from app.domain.ledger import Dimension, SharedPolicy
-from app.domain.money import format_micros
+from app.domain.money import format_micros, format_picos
 from app.domain.periods import Month
 
 if TYPE_CHECKING:
@@ -299,9 +299,9 @@ def close_summary(summary: "Reconciliation") -> list[str]:
             kinds[EntryKind.unallocated].effective if EntryKind.unallocated in kinds else 0
         )
         lines.append(
-            f"{summary.month} {currency}: bill {format_micros(billed)}, idle "
-            f"{format_micros(idle)}{_share(idle, billed)}, unallocated "
-            f"{format_micros(unallocated)}{_share(unallocated, billed)}"
+            f"{summary.month} {currency}: bill {format_picos(billed)}, idle "
+            f"{format_picos(idle)}{_share(idle, billed)}, unallocated "
+            f"{format_picos(unallocated)}{_share(unallocated, billed)}"
         )
     if summary.unallocated_rows:
         lines.append(

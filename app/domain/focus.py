@@ -13,6 +13,7 @@ from enum import StrEnum
 import numpy as np
 
 from app.domain.allocation import split_array_by_weight, split_by_weight
+from app.domain.money import residual_column
 
 VERSIONS = ("1.0", "1.1", "1.2", "1.3")
 
@@ -264,7 +265,19 @@ ROW_VALUE_FOCUS_COLUMNS = (
     "PricingQuantity",
     "ConsumedQuantity",
 )
-VALUE_COLUMNS = ("source_row", *(TYPED_COLUMNS[name] for name in ROW_VALUE_FOCUS_COLUMNS))
+MONEY_VALUE_COLUMNS = (
+    "billed_cost_micros",
+    "effective_cost_micros",
+    "list_cost_micros",
+    "contracted_cost_micros",
+)
+"""The money among the row values; each has its residual in picos beside it when stored
+(``app.domain.money``)."""
+VALUE_COLUMNS = (
+    "source_row",
+    *(TYPED_COLUMNS[name] for name in ROW_VALUE_FOCUS_COLUMNS),
+    *(residual_column(column) for column in MONEY_VALUE_COLUMNS),
+)
 ATTRIBUTE_COLUMNS = (
     *(db for focus, db in TYPED_COLUMNS.items() if focus not in ROW_VALUE_FOCUS_COLUMNS),
     "focus_columns",

@@ -145,6 +145,9 @@ class CostLabel(StrEnum):
     """A request without the tag of a ``tag:KEY`` dimension."""
     no_team = "(no team)"
     """Cost of a request that names no team."""
+    rounding = "(rounding)"
+    """What the lines' amounts, shown to the micro, fall short of the bill's exact total
+    rounded once (a chargeback's last line)."""
 
     @classmethod
     def of(cls, kind: EntryKind) -> "CostLabel":

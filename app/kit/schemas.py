@@ -36,6 +36,10 @@ def in_calendar(start: datetime, end: datetime) -> bool:
 
 Amount = Annotated[Decimal, Field(max_digits=30, decimal_places=6, examples=["12.500000"])]
 """Money: six decimal places, a JSON string (never a float)."""
+ExactAmount = Annotated[
+    Decimal, Field(max_digits=38, decimal_places=12, examples=["20.520226728990"])
+]
+"""Money exact to the pico, as the bill states it: twelve decimal places, a JSON string."""
 
 
 class Schema(BaseModel):

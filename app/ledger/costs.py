@@ -16,7 +16,7 @@ from app.db import epoch_us
 from app.domain import measures
 from app.domain.errors import Invalid
 from app.domain.ledger import TAG_PREFIX, CostLabel, Dimension, EntryKind
-from app.domain.money import format_micros
+from app.domain.money import exact_picos, format_micros, format_picos
 from app.domain.periods import Month
 from app.models import LedgerEntry, UsageRecord
 from app.storage.entry_reader import EntryReader, entry_reader
@@ -38,6 +38,19 @@ class CostLine:
     draft_tokens: int = 0
     accepted_tokens: int = 0
     idle_micros: int = 0
+    effective_residual_picos: int = 0
+    """What the line's exact EffectiveCost is beyond ``effective_micros`` (``app.domain.money``)."""
+    billed_residual_picos: int = 0
+
+    @property
+    def effective_picos(self) -> int:
+        """The line's EffectiveCost, exact."""
+        return exact_picos(self.effective_micros, self.effective_residual_picos)
+
+    @property
+    def billed_picos(self) -> int:
+        """The line's BilledCost, exact."""
+        return exact_picos(self.billed_micros, self.billed_residual_picos)
 
     def to_json(self, by: Sequence[str]) -> dict[str, Any]:
         def per(amount: int, units: float, scale: float) -> str | None:
@@ -50,6 +63,8 @@ class CostLine:
             "requests": self.requests,
             "effective_cost": format_micros(self.effective_micros),
             "billed_cost": format_micros(self.billed_micros),
+            "effective_cost_exact": format_picos(self.effective_picos),
+            "billed_cost_exact": format_picos(self.billed_picos),
             "gpu_seconds": measures.seconds(self.gpu_ns),
             "session_seconds": measures.seconds(self.session_ns),
             "prompt_tokens": self.prompt_tokens,
@@ -97,11 +112,13 @@ def unit_costs(
             key = tuple(str(row[f"key_{i}"]) for i in range(len(by)))
             lines[key] = CostLine(key, **{name: int(row[name] or 0) for name in _LINE_SUMS})
         others = _other_entries(reader, run_id, team)
-    for kind, deployment, entry_team, eff, billed in others:
+    for kind, deployment, entry_team, eff, billed, eff_rest, billed_rest in others:
         key = tuple(_other_key(dimension, kind, deployment, entry_team) for dimension in by)
         line = lines.setdefault(key, CostLine(key))
         line.effective_micros += eff
         line.billed_micros += billed
+        line.effective_residual_picos += eff_rest
+        line.billed_residual_picos += billed_rest
         if kind is EntryKind.idle:
             line.idle_micros += eff
     return sorted(lines.values(), key=lambda line: line.key)
@@ -121,7 +138,7 @@ def _other_key(dimension: str, kind: EntryKind, deployment: str | None, team: st
 
 def _other_entries(
     reader: EntryReader, run_id: int | None, team: str | None
-) -> list[tuple[EntryKind, str | None, str | None, int, int]]:
+) -> list[tuple[EntryKind, str | None, str | None, int, int, int, int]]:
     """Entries not tied to a request: idle, shared (team-level) and unallocated."""
     if run_id is None:
         return []
@@ -132,6 +149,8 @@ def _other_entries(
             LedgerEntry.team,
             func.sum(LedgerEntry.effective_cost_micros),
             func.sum(LedgerEntry.billed_cost_micros),
+            func.sum(LedgerEntry.effective_cost_residual_picos),
+            func.sum(LedgerEntry.billed_cost_residual_picos),
         )
         .where(
             LedgerEntry.run_id == run_id,
@@ -142,7 +161,11 @@ def _other_entries(
     )
     if team is not None:  # a team sees only its own shared costs
         query = query.where(LedgerEntry.team == team)
-    return [(EntryKind(k), d, t, int(e), int(b)) for k, d, t, e, b in reader.rows(query)]
+    rows = []
+    for kind, deployment, entry_team, *amounts in reader.rows(query):
+        eff, billed, eff_rest, billed_rest = (int(v or 0) for v in amounts)
+        rows.append((EntryKind(kind), deployment, entry_team, eff, billed, eff_rest, billed_rest))
+    return rows
 
 
 def _key_column(dimension: str) -> ColumnElement[Any]:
@@ -174,6 +197,8 @@ def _request_lines(
         LedgerEntry.event_id,
         func.sum(LedgerEntry.effective_cost_micros).label("effective"),
         func.sum(LedgerEntry.billed_cost_micros).label("billed"),
+        func.sum(LedgerEntry.effective_cost_residual_picos).label("effective_rest"),
+        func.sum(LedgerEntry.billed_cost_residual_picos).label("billed_rest"),
     ).where(LedgerEntry.run_id == (run_id or 0), LedgerEntry.event_id.is_not(None))
     if team is not None:
         # Only the team's requests' entries, found from its requests by event_id: not the
@@ -191,6 +216,8 @@ def _request_lines(
             epoch_us(UsageRecord.finished_at).label("finished"),
             func.coalesce(cost.c.effective, 0).label("effective"),
             func.coalesce(cost.c.billed, 0).label("billed"),
+            func.coalesce(cost.c.effective_rest, 0).label("effective_rest"),
+            func.coalesce(cost.c.billed_rest, 0).label("billed_rest"),
             *(getattr(UsageRecord, name) for name in _USAGE_SUMS),
         )
         .outerjoin(cost, cost.c.event_id == UsageRecord.event_id)
@@ -212,6 +239,8 @@ def _request_lines(
         func.count().label("requests"),
         func.sum(w.c.effective).label("effective_micros"),
         func.sum(w.c.billed).label("billed_micros"),
+        func.sum(w.c.effective_rest).label("effective_residual_picos"),
+        func.sum(w.c.billed_rest).label("billed_residual_picos"),
         (func.sum(covered) * 1000).label("session_ns"),
         *(func.sum(w.c[name]).label(name) for name in _USAGE_SUMS),
     ).group_by(*wkeys)
@@ -227,4 +256,12 @@ _USAGE_SUMS = (
     "accepted_tokens",
 )
 """Usage columns summed per line, as named on UsageRecord and CostLine."""
-_LINE_SUMS = ("requests", "effective_micros", "billed_micros", "session_ns", *_USAGE_SUMS)
+_LINE_SUMS = (
+    "requests",
+    "effective_micros",
+    "billed_micros",
+    "effective_residual_picos",
+    "billed_residual_picos",
+    "session_ns",
+    *_USAGE_SUMS,
+)

@@ -44,13 +44,15 @@ from app.domain.focus import (
     split_weights,
 )
 from app.domain.ledger import AllocationMethod, EntryKind
-from app.domain.money import micros_to_decimal
+from app.domain.money import exact_picos, picos_to_decimal, residual_column
 from app.domain.periods import Month
 from app.models import BillingRow, LedgerEntry, LedgerPoolRow, LedgerRollup
 from app.storage.entry_reader import EntryReader, entry_reader
 from app.storage.run_repository import current_run_id
 
 MONEY = pa.decimal128(38, 6)
+FOCUS_MONEY = pa.decimal128(38, 12)
+"""The export's costs: exact, at the bill's precision (``app.domain.money``)."""
 FOCUS_OF_DB = {db: focus for focus, db in TYPED_COLUMNS.items()}
 FOCUS_BATCH_ROWS = 50_000
 """FOCUS rows per batch: what the export holds in memory at once (plus one pool's shares)."""
@@ -194,12 +196,17 @@ _ENTRY_COLUMNS = {
     "effective_micros": LedgerEntry.effective_cost_micros,
     "list_cost_micros": func.coalesce(LedgerEntry.list_cost_micros, 0),
     "contracted_micros": func.coalesce(LedgerEntry.contracted_cost_micros, 0),
+    "billed_residual_picos": LedgerEntry.billed_cost_residual_picos,
+    "effective_residual_picos": LedgerEntry.effective_cost_residual_picos,
+    "list_cost_residual_picos": LedgerEntry.list_cost_residual_picos,
+    "contracted_residual_picos": LedgerEntry.contracted_cost_residual_picos,
 }
 _ENTRY_TYPES = {
     "row_id": pa.int64(),
     "pool_id": pa.int64(),
     "gpu_ns": pa.int64(),
     **{f"{name}_micros": pa.int64() for name in _AMOUNTS},
+    **{residual_column(name): pa.int64() for name in _AMOUNTS},
 }
 
 
@@ -270,6 +277,8 @@ def _adjustments(run_id: int, team: str | None) -> Select[*tuple[Any, ...]]:
             LedgerEntry.currency,
             LedgerEntry.billed_cost_micros,
             LedgerEntry.effective_cost_micros,
+            LedgerEntry.billed_cost_residual_picos,
+            LedgerEntry.effective_cost_residual_picos,
             LedgerEntry.deployment,
             LedgerEntry.team,
             LedgerEntry.session_id,
@@ -338,16 +347,27 @@ def _origin_shares(
     gpu_ns = entries["gpu_ns"].to_numpy(zero_copy_only=False).astype(np.int64)
     if pooled:
         weights = gpu_ns if gpu_ns.any() else np.ones(len(gpu_ns), np.int64)
-        totals = (
-            row.billed_cost_micros,
-            row.effective_cost_micros,
-            row.list_cost_micros,
-            row.contracted_cost_micros,
-        )
-        amounts = [pa.array(split_array_by_weight(total or 0, weights)) for total in totals]
+        # Micros and residual split alike by the same weights: the shares' exact amounts
+        # sum to the row's exactly.
+        amounts = [
+            _exact_money(
+                pa.array(split_array_by_weight(micros or 0, weights)),
+                pa.array(split_array_by_weight(residual, weights)),
+            )
+            for micros, residual in (
+                (row.billed_cost_micros, row.billed_cost_residual_picos),
+                (row.effective_cost_micros, row.effective_cost_residual_picos),
+                (row.list_cost_micros, row.list_cost_residual_picos),
+                (row.contracted_cost_micros, row.contracted_cost_residual_picos),
+            )
+        ]
     else:
-        amounts = [_flat(entries[f"{name}_micros"]) for name in _AMOUNTS]
-        by_basis = [amounts[i].fill_null(0).to_numpy(zero_copy_only=False) for i in (1, 0, 2, 3)]
+        micros = [_flat(entries[f"{name}_micros"]) for name in _AMOUNTS]
+        amounts = [
+            _exact_money(m, _flat(entries[residual_column(name)]))
+            for m, name in zip(micros, _AMOUNTS, strict=True)
+        ]
+        by_basis = [micros[i].fill_null(0).to_numpy(zero_copy_only=False) for i in (1, 0, 2, 3)]
         weights = split_weights(by_basis, gpu_ns)
     computed = {
         "x_AllocatedRatio": units_text(split_units_array(10**RATIO_DIGITS, weights), RATIO_DIGITS)
@@ -417,10 +437,7 @@ class _ShareBatches:
         positions = pc.index_in(entries["row_id"], value_set=self.sources["row_id"])
         source = self.sources.take(positions)
         computed = {
-            **{
-                name: _money(amount)
-                for name, amount in zip(_SHARE_COLUMNS[:4], amounts, strict=True)
-            },
+            **dict(zip(_SHARE_COLUMNS[:4], amounts, strict=True)),
             **_allocation_columns(entries, self.run_id, per_origin["x_AllocatedRatio"]),
             **{name: per_origin[name] for name in SUMMABLE_DECIMALS},
             "x_SourceBillingRowId": entries["row_id"],
@@ -533,6 +550,20 @@ def _money(micros: pa.Array | pa.ChunkedArray) -> pa.Array:
     return pa.Array.from_buffers(MONEY, len(values), [None, pa.py_buffer(words)])
 
 
+def _exact_money(
+    micros: pa.Array | pa.ChunkedArray, residual: pa.Array | pa.ChunkedArray
+) -> pa.Array:
+    """Micros and residual picos as one exact decimal128(38, 12) (nulls as 0)."""
+    values = _flat(residual).cast(pa.int64()).fill_null(0).to_numpy()
+    words = np.empty(2 * len(values), np.int64)
+    words[0::2] = values
+    words[1::2] = values >> 63
+    # Amounts are below 2**63 micros: 37 digits leave Arrow the one it adds to a sum.
+    narrow = pa.decimal128(37, 12)
+    picos = pa.Array.from_buffers(narrow, len(values), [None, pa.py_buffer(words)])
+    return pc.add(_money(micros).cast(narrow), picos).cast(FOCUS_MONEY)
+
+
 def _payer_of(session: Session, run_id: int, sources: dict[int, BillingRow]) -> dict[str, Any]:
     """The payer columns for adjustment rows: those of the first source row split alone, else
     of the first pooled one."""
@@ -598,8 +629,12 @@ def _adjustment_row(
         "ChargeDescription": f"SpecLedger restatement of {entry['corrects_month']} "
         f"({adjusted_kind} share) after its billing was re-delivered",
         "BillingCurrency": entry["currency"],
-        "BilledCost": micros_to_decimal(entry["billed_cost_micros"]),
-        "EffectiveCost": micros_to_decimal(entry["effective_cost_micros"]),
+        "BilledCost": picos_to_decimal(
+            exact_picos(entry["billed_cost_micros"], entry["billed_cost_residual_picos"])
+        ),
+        "EffectiveCost": picos_to_decimal(
+            exact_picos(entry["effective_cost_micros"], entry["effective_cost_residual_picos"])
+        ),
         "ListCost": Decimal(0),
         "ContractedCost": Decimal(0),
         "AllocatedMethodId": "specledger:restatement",
@@ -642,7 +677,7 @@ def _focus_schema(names: list[str]) -> pa.Schema:
 
     def type_of(name: str) -> pa.DataType:
         if name in money:
-            return MONEY
+            return FOCUS_MONEY
         return pa.int64() if name == "x_SourceBillingRowId" else pa.string()
 
     ordered = sorted(names, key=lambda n: (n.startswith("x_"), n))

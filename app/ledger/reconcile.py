@@ -1,4 +1,5 @@
-"""Reconciliation: per month, the bill equals allocated + idle + unallocated, to the micro."""
+"""Reconciliation: per month, the bill equals allocated + idle + unallocated, exactly (to
+the pico: micros and residual, ``app.domain.money``)."""
 
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -9,7 +10,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from app.domain.ledger import CostLabel, EntryKind
-from app.domain.money import format_micros
+from app.domain.money import exact_picos, format_picos
 from app.domain.periods import Month
 from app.ledger.deliveries import DuplicatedCharges, duplicated_charges
 from app.models import BillingDelivery, BillingRow, LedgerPoolRow, LedgerRollup
@@ -32,7 +33,7 @@ KINDS = (EntryKind.request, EntryKind.shared, EntryKind.idle, EntryKind.unalloca
 
 @dataclass
 class Line:
-    """Effective and billed micros of one bucket."""
+    """Effective and billed cost of one bucket, exact, in picos."""
 
     effective: int = 0
     billed: int = 0
@@ -42,7 +43,7 @@ class Line:
         self.billed += billed
 
     def to_json(self) -> dict[str, str]:
-        return {"effective": format_micros(self.effective), "billed": format_micros(self.billed)}
+        return {"effective": format_picos(self.effective), "billed": format_picos(self.billed)}
 
 
 @dataclass
@@ -79,7 +80,7 @@ class Reconciliation:
 
     @property
     def balanced(self) -> bool:
-        """The bill is loaded once and equals the ledger, to the micro, in every currency."""
+        """The bill is loaded once and equals the ledger exactly in every currency."""
         return self.status is Status.balanced
 
     def _sums_balance(self) -> bool:
@@ -125,6 +126,21 @@ class Reconciliation:
         }
 
 
+_ROLLUP_SUMS = (
+    func.sum(LedgerRollup.effective_cost_micros),
+    func.sum(LedgerRollup.billed_cost_micros),
+    func.sum(LedgerRollup.effective_cost_residual_picos),
+    func.sum(LedgerRollup.billed_cost_residual_picos),
+)
+
+
+def _exact_line(amounts: list[Any]) -> Line:
+    """A :class:`Line` from summed (effective micros, billed micros, effective residual,
+    billed residual)."""
+    eff, billed, eff_rest, billed_rest = (int(a or 0) for a in amounts)
+    return Line(exact_picos(eff, eff_rest), exact_picos(billed, billed_rest))
+
+
 def reconcile(session: Session, month: Month) -> Reconciliation:
     """Compare a month's bill with its ledger, per currency and deployment."""
     start = month.start
@@ -136,46 +152,44 @@ def reconcile(session: Session, month: Month) -> Reconciliation:
             BillingRow.billing_currency,
             BillingRow.effective_cost_micros,
             BillingRow.billed_cost_micros,
+            BillingRow.effective_cost_residual_picos,
+            BillingRow.billed_cost_residual_picos,
         )
         .join(BillingDelivery, BillingDelivery.id == BillingRow.delivery_id)
         .where(BillingDelivery.superseded_at.is_(None), BillingRow.billing_period_start == start)
     ).subquery()
-    for currency, eff, billed in session.execute(
+    for currency, *amounts in session.execute(
         select(
             current_rows.c.billing_currency,
             func.sum(func.coalesce(current_rows.c.effective_cost_micros, 0)),
             func.sum(func.coalesce(current_rows.c.billed_cost_micros, 0)),
+            func.sum(current_rows.c.effective_cost_residual_picos),
+            func.sum(current_rows.c.billed_cost_residual_picos),
         ).group_by(current_rows.c.billing_currency)
     ):
-        result.bill[currency or ""] = Line(int(eff), int(billed))
+        result.bill[currency or ""] = _exact_line(amounts)
     result.duplicates = duplicated_charges(session.connection(), start)
     result.unpriced = unpriced_usage(session, start, month.end)
     if run_id is None:
         result.pending_rows = session.scalar(select(func.count()).select_from(current_rows)) or 0
         return result
-    for currency, deployment, kind, eff, billed in session.execute(
+    for currency, deployment, kind, *amounts in session.execute(
         select(
             LedgerRollup.currency,
             LedgerRollup.deployment,
             LedgerRollup.kind,
-            func.sum(LedgerRollup.effective_cost_micros),
-            func.sum(LedgerRollup.billed_cost_micros),
+            *_ROLLUP_SUMS,
         )
         .where(LedgerRollup.run_id == run_id, LedgerRollup.kind != EntryKind.adjustment)
         .group_by(LedgerRollup.currency, LedgerRollup.deployment, LedgerRollup.kind)
     ):
-        result.ledger[(currency, deployment, kind)] = Line(int(eff), int(billed))
-    for currency, corrects, eff, billed in session.execute(
-        select(
-            LedgerRollup.currency,
-            LedgerRollup.corrects_month,
-            func.sum(LedgerRollup.effective_cost_micros),
-            func.sum(LedgerRollup.billed_cost_micros),
-        )
+        result.ledger[(currency, deployment, kind)] = _exact_line(amounts)
+    for currency, corrects, *amounts in session.execute(
+        select(LedgerRollup.currency, LedgerRollup.corrects_month, *_ROLLUP_SUMS)
         .where(LedgerRollup.run_id == run_id, LedgerRollup.kind == EntryKind.adjustment)
         .group_by(LedgerRollup.currency, LedgerRollup.corrects_month)
     ):
-        result.adjustments[(currency, corrects or "")] = Line(int(eff), int(billed))
+        result.adjustments[(currency, corrects or "")] = _exact_line(amounts)
     allocated_ids = (
         select(LedgerRollup.billing_row_id)
         .where(LedgerRollup.run_id == run_id, LedgerRollup.billing_row_id.is_not(None))
@@ -201,8 +215,12 @@ def reconcile(session: Session, month: Month) -> Reconciliation:
             "tags": r.tags,
             "description": r.charge_description,
             "currency": r.billing_currency,
-            "effective": format_micros(r.effective_cost_micros or 0),
-            "billed": format_micros(r.billed_cost_micros or 0),
+            "effective": format_picos(
+                exact_picos(r.effective_cost_micros or 0, r.effective_cost_residual_picos)
+            ),
+            "billed": format_picos(
+                exact_picos(r.billed_cost_micros or 0, r.billed_cost_residual_picos)
+            ),
         }
         for r in session.execute(
             select(BillingRow)
@@ -238,21 +256,21 @@ def reconciliation_text(result: Reconciliation) -> str:
         bill = result.bill.get(currency, Line())
         allocated = kinds[EntryKind.request].effective + kinds[EntryKind.shared].effective
         lines.append(
-            f"  {currency} bill {format_micros(bill.effective)} = allocated "
-            f"{format_micros(allocated)} + idle {format_micros(kinds[EntryKind.idle].effective)}"
-            f" + unallocated {format_micros(kinds[EntryKind.unallocated].effective)}  "
-            f"(EffectiveCost; BilledCost bill {format_micros(bill.billed)})"
+            f"  {currency} bill {format_picos(bill.effective)} = allocated "
+            f"{format_picos(allocated)} + idle {format_picos(kinds[EntryKind.idle].effective)}"
+            f" + unallocated {format_picos(kinds[EntryKind.unallocated].effective)}  "
+            f"(EffectiveCost; BilledCost bill {format_picos(bill.billed)})"
         )
     for (currency, deployment, kind), line in sorted(
         result.ledger.items(), key=lambda kv: tuple(str(x) for x in kv[0])
     ):
         lines.append(
             f"    {deployment or '(no deployment)':<24} {kind:<12} {currency} "
-            f"{format_micros(line.effective)}"
+            f"{format_picos(line.effective)}"
         )
     for (currency, corrects), line in sorted(result.adjustments.items()):
         lines.append(
-            f"  adjustments correcting {corrects}: {currency} {format_micros(line.effective)}"
+            f"  adjustments correcting {corrects}: {currency} {format_picos(line.effective)}"
         )
     if result.pending_rows:
         lines.append(

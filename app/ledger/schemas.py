@@ -1,13 +1,14 @@
 """Wire schemas of the ledger API: unit costs, reconciliation, closures, billing deliveries."""
 
 from datetime import datetime
+from decimal import Decimal
 from typing import Any, Literal, Self
 
 from pydantic import ConfigDict, Field
 
-from app.domain.money import micros_to_decimal
+from app.domain.money import format_picos, micros_to_decimal
 from app.domain.periods import Month
-from app.kit.schemas import Amount, PageMeta, Schema
+from app.kit.schemas import Amount, ExactAmount, PageMeta, Schema
 
 _MONEY_FIELDS = (
     "effective_cost",
@@ -26,7 +27,11 @@ class CostLineRead(Schema):
     ``(unallocated)`` for cost not tied to a request."""
     requests: int
     effective_cost: Amount
+    """The sum of the line's entries in micros (each billing row rounded to the micro)."""
     billed_cost: Amount
+    effective_cost_exact: ExactAmount
+    """The line's EffectiveCost exactly, at the bill's precision."""
+    billed_cost_exact: ExactAmount
     gpu_seconds: float
     session_seconds: float
     prompt_tokens: int
@@ -84,12 +89,13 @@ class ReconciliationRead(Schema):
     month: str
     run_id: int | None
     balanced: bool
-    """Bill = allocated + shared + idle + unallocated, to the micro, in every currency."""
+    """Bill = allocated + shared + idle + unallocated, exactly, in every currency."""
     pending_rows: int
     """Billing rows with no ledger entries (billing changed since the run)."""
-    currencies: dict[str, dict[str, dict[str, Amount]]]
-    """currency -> bill | request | shared | idle | unallocated -> effective / billed."""
-    deployments: dict[str, dict[str, dict[str, dict[str, Amount]]]]
+    currencies: dict[str, dict[str, dict[str, ExactAmount]]]
+    """currency -> bill | request | shared | idle | unallocated -> effective / billed,
+    exact (to the pico)."""
+    deployments: dict[str, dict[str, dict[str, dict[str, ExactAmount]]]]
     """currency -> deployment -> kind -> effective / billed."""
     adjustments: list[dict[str, Any]]
     unallocated_rows: list[dict[str, Any]]
@@ -107,6 +113,15 @@ class ClosureRead(Schema):
     month: str
     closed_at: datetime
     run_id: int
+
+
+def _exact_total(totals: dict[str, int], basis: str) -> Decimal:
+    """A delivery's exact total of one basis (deliveries loaded before exact money kept
+    only micros)."""
+    picos = totals.get(f"{basis}_cost_picos")
+    if picos is None:
+        return micros_to_decimal(totals.get(f"{basis}_cost_micros", 0))
+    return Decimal(format_picos(picos))
 
 
 class DeliveryRead(Schema):
@@ -127,7 +142,7 @@ class DeliveryRead(Schema):
     billing_accounts: list[str]
     """Distinct BillingAccountId values of its rows."""
     row_count: int
-    totals: dict[str, dict[str, Amount]]
+    totals: dict[str, dict[str, ExactAmount]]
     """currency -> billed / effective."""
     delivered_at: datetime
     ingested_at: datetime
@@ -159,8 +174,8 @@ class DeliveryRead(Schema):
             row_count=delivery.row_count,
             totals={
                 currency: {
-                    "billed": micros_to_decimal(t.get("billed_cost_micros", 0)),
-                    "effective": micros_to_decimal(t.get("effective_cost_micros", 0)),
+                    "billed": _exact_total(t, "billed"),
+                    "effective": _exact_total(t, "effective"),
                 }
                 for currency, t in sorted((delivery.totals or {}).items())
             },

@@ -75,6 +75,11 @@ billing_row_values = Table(
     Column("effective_cost_micros", BigInteger, nullable=True),
     Column("list_cost_micros", BigInteger, nullable=True),
     Column("contracted_cost_micros", BigInteger, nullable=True),
+    # What each exact amount is beyond its micros, in picos (app.domain.money).
+    Column("effective_cost_residual_picos", BigInteger, nullable=False, server_default="0"),
+    Column("billed_cost_residual_picos", BigInteger, nullable=False, server_default="0"),
+    Column("list_cost_residual_picos", BigInteger, nullable=False, server_default="0"),
+    Column("contracted_cost_residual_picos", BigInteger, nullable=False, server_default="0"),
     Column("pricing_quantity", String(64), nullable=True),
     Column("consumed_quantity", String(64), nullable=True),
     Column("charge_key", BigInteger, nullable=True),
@@ -151,6 +156,11 @@ class BillingRow(Base):
     """Amortised amount (FOCUS EffectiveCost) in millionths of billing_currency."""
     list_cost_micros: Mapped[int | None]
     contracted_cost_micros: Mapped[int | None]
+    effective_cost_residual_picos: Mapped[int]
+    """What the exact EffectiveCost is beyond its micros, in picos (``app.domain.money``)."""
+    billed_cost_residual_picos: Mapped[int]
+    list_cost_residual_picos: Mapped[int]
+    contracted_cost_residual_picos: Mapped[int]
     billing_currency: Mapped[str | None]
 
     charge_category: Mapped[str | None]

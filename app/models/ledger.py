@@ -79,6 +79,18 @@ class LedgerEntry(Base):
     """Share of the row's BilledCost (cash) in micros of currency."""
     list_cost_micros: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     contracted_cost_micros: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    effective_cost_residual_picos: Mapped[int] = mapped_column(
+        BigInteger, default=0, server_default="0"
+    )
+    """What the exact share of EffectiveCost is beyond its micros, in picos: the pool's
+    entries sum to its rows in micros and, with this, exactly (``app.domain.money``)."""
+    billed_cost_residual_picos: Mapped[int] = mapped_column(
+        BigInteger, default=0, server_default="0"
+    )
+    list_cost_residual_picos: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    contracted_cost_residual_picos: Mapped[int] = mapped_column(
+        BigInteger, default=0, server_default="0"
+    )
     currency: Mapped[str] = mapped_column(String(8))
 
 
@@ -136,3 +148,13 @@ class LedgerRollup(Base):
     list_cost_micros: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     """None where the run's entries had no ListCost (entries before migration 0007)."""
     contracted_cost_micros: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    effective_cost_residual_picos: Mapped[int] = mapped_column(
+        BigInteger, default=0, server_default="0"
+    )
+    billed_cost_residual_picos: Mapped[int] = mapped_column(
+        BigInteger, default=0, server_default="0"
+    )
+    list_cost_residual_picos: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    contracted_cost_residual_picos: Mapped[int] = mapped_column(
+        BigInteger, default=0, server_default="0"
+    )

@@ -24,6 +24,7 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.orm import Session
 
 from app.domain.ledger import RunStatus
+from app.domain.money import residual_column
 from app.models import AllocationRun, LedgerPoolRow
 from app.storage.dataset_store import DatasetStore
 from app.storage.run_repository import store_entries_prefix
@@ -280,13 +281,24 @@ def _pool_rows(session: Session, run_id: int) -> pa.Table:
     )
 
 
+_RESIDUALS = tuple(
+    residual_column(f"{basis}_cost_micros")
+    for basis in ("effective", "billed", "list", "contracted")
+)
+
+
 def _micros_as_time(column: str) -> str:
     return f"make_timestamp({column})::TIMESTAMPTZ"
 
 
 def _entries_view(con: duckdb.DuckDBPyConnection, store: DatasetStore, run: AllocationRun) -> None:
     booked = run.month or "adhoc"
-    con.register("entry_files", store.dataset(store_entries_prefix(booked, run.id), {}))
+    files = store.dataset(store_entries_prefix(booked, run.id), {})
+    con.register("entry_files", files)
+    # A run allocated before money was exact to the pico has no residual columns: all 0.
+    residuals = ", ".join(
+        f"{name if name in files.schema.names else '0::BIGINT'} AS {name}" for name in _RESIDUALS
+    )
     con.execute(
         f"""CREATE VIEW ledger_entries AS SELECT
             {run.id}::BIGINT AS run_id, '{booked}' AS booked_month, corrects_month, kind,
@@ -294,7 +306,8 @@ def _entries_view(con: duckdb.DuckDBPyConnection, store: DatasetStore, run: Allo
             {_micros_as_time("start_us")} AS charge_period_start,
             {_micros_as_time("end_us")} AS charge_period_end,
             deployment, replica, event_id, session_id, team, gpu_ns, effective_cost_micros,
-            billed_cost_micros, list_cost_micros, contracted_cost_micros, currency
+            billed_cost_micros, list_cost_micros, contracted_cost_micros, {residuals},
+            currency
         FROM entry_files"""
     )
 

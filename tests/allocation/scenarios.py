@@ -9,7 +9,6 @@ usage records in a database (:func:`store`), whose loader must give the same inp
 import json
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +19,7 @@ from sqlalchemy.orm import Session
 from app.allocation.plan import HOUR_US
 from app.deployments.service import add_deployment, add_replica
 from app.domain.ledger import SharedPolicy
+from app.domain.money import format_picos, residual_column, split_picos
 from ingest.service import IngestOptions, ingest_billing
 from tests.factories import insert_usage, usage_record
 from tests.ingest.helpers import focus_row, write_focus_csv
@@ -28,7 +28,8 @@ TAG = "specledger-deployment"
 MONTH_START = datetime(2026, 10, 1, tzinfo=UTC)
 START_US = int(MONTH_START.timestamp()) * 1_000_000
 REPLICA_GPUS = {"r1": 4, "r2": 2}
-money = st.integers(min_value=-(10**9), max_value=10**9)
+money = st.integers(min_value=-(10**15), max_value=10**15)
+"""An amount in picos (up to 1,000 units, 12 decimal places; credits negative)."""
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,7 @@ class Row:
     start_h: int
     hours: int
     effective: int
+    """Exact amounts in picos (``app.domain.money``), as the bill states them."""
     billed: int
     listed: int
     contracted: int
@@ -80,10 +82,10 @@ class Month:
                     "row_id": list(range(1, len(rows) + 1)),
                     "start_us": [START_US + r.start_h * HOUR_US for r in rows],
                     "end_us": [START_US + (r.start_h + r.hours) * HOUR_US for r in rows],
-                    "effective": [r.effective for r in rows],
-                    "billed": [r.billed for r in rows],
-                    "list_cost": [r.listed for r in rows],
-                    "contracted": [r.contracted for r in rows],
+                    **_money("effective", [r.effective for r in rows]),
+                    **_money("billed", [r.billed for r in rows]),
+                    **_money("list_cost", [r.listed for r in rows]),
+                    **_money("contracted", [r.contracted for r in rows]),
                     "currency": ["USD"] * len(rows),
                     "tag_value": [_name(r.scenario, r.target) for r in rows],
                     "resource_id": [_resource(r.scenario, r.resource) for r in rows],
@@ -142,6 +144,12 @@ class Month:
 
 def _name(scenario: int, deployment: str | None) -> str | None:
     return None if deployment is None else f"s{scenario}-{deployment}"
+
+
+def _money(name: str, picos: list[int]) -> dict[str, list[int]]:
+    """A column of exact amounts as the loader stores them: micros and residual picos."""
+    parts = [split_picos(p) for p in picos]
+    return {name: [m for m, _ in parts], residual_column(name): [r for _, r in parts]}
 
 
 def _resource(scenario: int, replica: str | None) -> str | None:
@@ -241,8 +249,8 @@ def store(session: Session, month: Month, folder: Path) -> None:
 
 
 def _focus(row: Row) -> dict[str, str]:
-    def usd(micros: int) -> str:
-        return str(Decimal(micros) / 1_000_000)
+    def usd(picos: int) -> str:
+        return format_picos(picos)
 
     start = MONTH_START + timedelta(hours=row.start_h)
     end = start + timedelta(hours=row.hours)

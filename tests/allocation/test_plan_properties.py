@@ -12,6 +12,7 @@ from app.allocation.engine import PlanEngine, PlanResult
 from app.allocation.plan import BASES
 from app.domain.allocation import split_by_weight
 from app.domain.ledger import AllocationMethod, EntryKind, SharedPolicy
+from app.domain.money import exact_picos, residual_column
 from tests.allocation.scenarios import Fleet, Month, Request, Row, months
 
 DUCKDB = PlanEngine()
@@ -82,20 +83,34 @@ def test_each_share_is_the_rule_applied_to_the_oracle_weights(month: Month) -> N
         got = {e["event_id"]: e["gpu_ns"] for e in entries if e["event_id"] is not None}
         assert got == {k: v for k, v in expected.items() if v > 0}
         cost = sum(rows[r]["effective"] for r in members[pool])
+        exact = sum(
+            exact_picos(rows[r]["effective"], rows[r]["effective_residual_picos"])
+            for r in members[pool]
+        )
         weights = {_key(e, requests): e["gpu_ns"] for e in entries}
+        total = sum(weights.values())
+        # The micros: each the floor or the ceiling of its share, summing to the pool's.
+        for e in entries:
+            share = Fraction(cost * e["gpu_ns"], total)
+            bound = 2 if method in TWO_LEVEL else 1
+            assert abs(e["effective_cost_micros"] - share) < bound
+        assert sum(e["effective_cost_micros"] for e in entries) == cost
         if method in TWO_LEVEL:
-            total = sum(weights.values())
-            for e in entries:
-                assert abs(e["effective_cost_micros"] - Fraction(cost * e["gpu_ns"], total)) < 2
-        else:
-            split = split_by_weight(cost, weights)
-            assert {_key(e, requests): e["effective_cost_micros"] for e in entries} == {
-                k: split.get(k, 0) for k in weights
-            }
+            continue
+        # The exact amounts (micros and residual): the rule applied at the pico.
+        split = split_by_weight(exact, weights)
+        got = {
+            _key(e, requests): exact_picos(
+                e["effective_cost_micros"], e["effective_cost_residual_picos"]
+            )
+            for e in entries
+        }
+        assert got == {k: split.get(k, 0) for k in weights}
 
 
 def test_a_pool_longer_than_an_hour_is_split_in_two_levels_and_sums_exactly() -> None:
-    fee = Row(0, 30, 1_000_000_007, 1_000_000_007, 0, 0, "d1", None, True)
+    picos = 1_000_000_007_123_456  # 1,000.000007123456
+    fee = Row(0, 30, picos, picos, 0, 0, "d1", None, True)
     requests = [
         Request("d1", "r1", team, "s", hour * 3600 + 60 * k, 10, 10**9 + k, 0)
         for hour in range(30)
@@ -106,6 +121,10 @@ def test_a_pool_longer_than_an_hour_is_split_in_two_levels_and_sums_exactly() ->
     entries = _records(result.entries)
     assert {e["method"] for e in entries} == {AllocationMethod.gpu_seconds_two_level}
     assert sum(e["effective_cost_micros"] for e in entries) == 1_000_000_007
+    exact = sum(
+        exact_picos(e["effective_cost_micros"], e["effective_cost_residual_picos"]) for e in entries
+    )
+    assert exact == picos
     assert len([e for e in entries if e["kind"] == EntryKind.request]) == 90
 
 
@@ -133,3 +152,26 @@ def _oracle_weights(
             overlap = min(f, end) - max(a, start)
             out[q["event_id"]] = q["gpu_ns"] * overlap // (f - a)
     return out
+
+
+@settings(max_examples=25, deadline=None)
+@given(months())
+def test_every_pool_sums_to_its_rows_exactly_to_the_pico(month: Month) -> None:
+    """Amounts with twelve decimal places (credits too): the entries' exact amounts, micros
+    and residual, sum to the pool's rows exactly, and each residual keeps its entry within a
+    micro of its exact share."""
+    for share_idle in (False, True):
+        inputs = month.inputs()
+        result = DUCKDB.allocate(inputs, share_idle=share_idle)
+        rows = {r["row_id"]: r for r in _records(inputs["rows"])}
+        members = _pool_members(result)
+        exact: dict[int, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+        for e in _records(result.entries):
+            for _, out in BASES:
+                exact[e["pool_id"]][out] += exact_picos(e[out], e[residual_column(out)])
+        for pool, rows_of in members.items():
+            for source, out in BASES:
+                bill = sum(
+                    exact_picos(rows[r][source], rows[r][residual_column(source)]) for r in rows_of
+                )
+                assert exact[pool][out] == bill, (pool, out)

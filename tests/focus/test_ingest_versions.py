@@ -116,5 +116,5 @@ def test_the_own_focus_1_3_export_ingests_back_to_the_same_totals(
     assert report.rows == table.num_rows > before[0]
     assert _stored(engine) == (before[0] + table.num_rows, 2 * TOTAL, 2 * TOTAL)
     totals = report.totals_by_currency()["USD"]
-    assert Decimal(totals.billed_cost_micros) / 10**6 == before[1] == TOTAL
-    assert Decimal(totals.effective_cost_micros) / 10**6 == before[2] == TOTAL
+    assert Decimal(totals.billed_cost_picos) / 10**12 == before[1] == TOTAL
+    assert Decimal(totals.effective_cost_picos) / 10**12 == before[2] == TOTAL

@@ -528,8 +528,8 @@ def test_a_derived_month_is_ingested_to_the_micro(
         r: (micros, micros, 744 * 6) for r, micros in expected.items()
     }
     assert (
-        sum(e or 0 for _, e, _, _ in stored)
-        == report.periods[0].totals_by_currency["USD"].effective_cost_micros
+        sum(e or 0 for _, e, _, _ in stored) * 10**6
+        == report.periods[0].totals_by_currency["USD"].effective_cost_picos
     )
     with Session(engine) as session:
         first = session.scalars(select(BillingRow).order_by(BillingRow.id).limit(1)).one()

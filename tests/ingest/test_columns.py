@@ -33,7 +33,7 @@ _CANONICAL = st.one_of(
 @given(st.lists(st.none() | _CANONICAL, min_size=1, max_size=40))
 def test_canonical_money_matches_the_decimal_parser(texts: list[str | None]) -> None:
     result = normalise_column(BY_NAME["BilledCost"], pa.array(texts, pa.string()))
-    expected = [None if t is None else cells.parse_money_micros(t)[0] for t in texts]
+    expected = [None if t is None else cells.parse_money_exact(t)[0] for t in texts]
     assert result.values.to_pylist() == expected
     assert not result.bad_rows
     assert not result.repairs
@@ -46,7 +46,7 @@ def test_canonical_money_matches_the_decimal_parser(texts: list[str | None]) -> 
 def test_one_messy_value_takes_the_general_path(texts: list[str | None], messy: str) -> None:
     column = [*texts, messy]
     result = normalise_column(BY_NAME["BilledCost"], pa.array(column, pa.string()))
-    expected = [None if t is None else cells.parse_money_micros(t)[0] for t in texts]
+    expected = [None if t is None else cells.parse_money_exact(t)[0] for t in texts]
     assert result.values.to_pylist()[:-1] == expected
     assert sum(result.repairs.values()) >= 1
 

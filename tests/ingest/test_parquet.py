@@ -50,8 +50,8 @@ def test_typed_parquet_ingests_like_csv(engine: Engine, tmp_path: Path) -> None:
     report = ingest_billing(engine, str(path), IngestOptions())
 
     totals = report.totals_by_currency()["USD"]
-    assert totals.billed_cost_micros == 1_234_567 - 500_000 + 2_000_000
-    assert totals.effective_cost_micros == 100_000 + 200_000 + 0
+    assert totals.billed_cost_picos == (1_234_567 - 500_000 + 2_000_000) * 10**6
+    assert totals.effective_cost_picos == (100_000 + 200_000) * 10**6 + 100_000  # 1e-7: kept
     with engine.connect() as conn:
         stored = conn.execute(
             select(
