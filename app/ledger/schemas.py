@@ -10,15 +10,6 @@ from app.domain.money import format_picos, micros_to_decimal
 from app.domain.periods import Month
 from app.kit.schemas import Amount, ExactAmount, PageMeta, Schema
 
-_MONEY_FIELDS = (
-    "effective_cost",
-    "billed_cost",
-    "cost_per_1k_session_seconds",
-    "cost_per_1m_output_tokens",
-    "cost_per_1m_tokens",
-    "cost_per_gpu_hour",
-)
-
 
 class CostLineRead(Schema):
     model_config = ConfigDict(extra="ignore")  # built from CostLine.to_json, which may grow
