@@ -262,8 +262,11 @@ class HardLimitStanding:
         return max(0, self.hard_limit_micros - self.spent_micros)
 
 
-def hard_limit_standings(session: Session, *, now: datetime) -> list[HardLimitStanding]:
-    """Every live budget with a hard limit whose period holds ``now``, with its spend."""
+def hard_limit_standings(
+    session: Session, *, now: datetime, metered_before: datetime | None = None
+) -> list[HardLimitStanding]:
+    """Every live budget with a hard limit whose period holds ``now``, with its spend (of
+    metered usage that finished before ``metered_before`` only, when given)."""
     standings = []
     query = select(Budget).where(
         Budget.archived_at.is_(None), Budget.hard_limit_micros.is_not(None)
@@ -274,7 +277,14 @@ def hard_limit_standings(session: Session, *, now: datetime) -> list[HardLimitSt
         )
         if not start <= now < end:
             continue
-        spent = spend(session, scope_of(budget), start, end, currency=budget.currency).total_micros
+        spent = spend(
+            session,
+            scope_of(budget),
+            start,
+            end,
+            currency=budget.currency,
+            metered_before=metered_before,
+        ).total_micros
         assert budget.hard_limit_micros is not None
         standings.append(
             HardLimitStanding(

@@ -64,9 +64,17 @@ class SpendBreakdown:
 
 
 def spend(
-    session: Session, scope: BudgetScope, start: datetime, end: datetime, *, currency: str
+    session: Session,
+    scope: BudgetScope,
+    start: datetime,
+    end: datetime,
+    *,
+    currency: str,
+    metered_before: datetime | None = None,
 ) -> SpendBreakdown:
-    """The spend of ``scope`` in ``[start, end)``, per UTC day, in ``currency``."""
+    """The spend of ``scope`` in ``[start, end)``, per UTC day, in ``currency``; with
+    ``metered_before``, only of the metered usage that finished before it (the proxy counts
+    what ends after it itself: :mod:`app.budgets.rules.admission`)."""
     ledger: dict[datetime, int] = defaultdict(int)
     for charge_hour, micros in session.execute(_ledger_hours(scope, start, end, currency)):
         ledger[_hour_of(utc_instant(charge_hour))] += int(micros or 0)
@@ -78,11 +86,12 @@ def spend(
     metered_ns: dict[tuple[str, datetime], int] = defaultdict(int)
     dialect = session.get_bind().dialect.name
     hour = utc_hour(dialect, UsageRecord.finished_at)
+    metered_until = end if metered_before is None else min(end, metered_before)
     usage = (
         select(UsageRecord.deployment, hour, func.sum(UsageRecord.gpu_ns))
         .where(
             UsageRecord.finished_at >= start,
-            UsageRecord.finished_at < end,
+            UsageRecord.finished_at < metered_until,
             _usage_in(scope),
             _not_allocated(covered),
         )

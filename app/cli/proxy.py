@@ -165,6 +165,15 @@ def proxy(
             "share one meter for its GPU time to be split exactly.",
         ),
     ] = None,
+    budget_shares: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            help="How many proxy processes, on every host, admit requests against the same "
+            "budgets: each admits against this share of what a hard limit has left at its "
+            "refresh, so together they stay within it. Default: --workers.",
+        ),
+    ] = None,
     meter_metrics_port: Annotated[
         int | None,
         typer.Option(
@@ -229,6 +238,7 @@ def proxy(
             speculate_up_to=speculate_up_to,
             allow_anonymous=allow_anonymous,
             meter_url=meter_url,
+            budget_shares=budget_shares or workers,
         )
         if meter_url is None and (workers > 1 or meter_listen):
             ProxyConfig.model_validate(config.model_dump() | {"meter_url": "unix:/check"})

@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -108,7 +109,13 @@ def create_proxy_app(
         )
         keyring = budgets = rates = None
         if engine is not None:
-            keyring, budgets = KeyRing(engine), BudgetGuard(engine)
+            keyring = KeyRing(engine)
+            budgets = BudgetGuard(
+                engine,
+                shares=config.budget_shares,
+                settle_lag_s=config.budget_settle_lag_s,
+                tick_s=config.budget_refresh_s,
+            )
             rates = RateCard(engine, s3_endpoint_url=config.s3_endpoint_url)
             try:
                 await anyio.to_thread.run_sync(keyring.refresh)
@@ -147,7 +154,9 @@ def create_proxy_app(
             if budgets is not None:
                 tasks.append(
                     asyncio.create_task(
-                        _refresh_forever(budgets.refresh, config.budget_refresh_s, "budgets")
+                        _refresh_forever(
+                            budgets.refresh, config.budget_refresh_s, "budgets", on_ticks=True
+                        )
                     )
                 )
             if rates is not None:
@@ -370,9 +379,13 @@ async def check_engine_counters(state: ProxyState, replica: ReplicaState) -> Non
         )
 
 
-async def _refresh_forever(refresh: Callable[[], object], every_s: float, what: str) -> None:
+async def _refresh_forever(
+    refresh: Callable[[], object], every_s: float, what: str, *, on_ticks: bool = False
+) -> None:
+    """Run ``refresh`` every ``every_s``; ``on_ticks``: at the start of each wall-clock tick
+    (a multiple of ``every_s``), so every proxy process refreshes at the same instants."""
     while True:
-        await asyncio.sleep(every_s)
+        await asyncio.sleep(every_s - time.time() % every_s if on_ticks else every_s)
         try:
             await anyio.to_thread.run_sync(refresh)
         except Exception:  # a database hiccup must not stop the checks; the old state stands

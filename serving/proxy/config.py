@@ -112,8 +112,18 @@ class ProxyConfig(BaseModel):
     """Longest a finished request on a TensorRT-LLM replica waits for the iteration stats
     covering it before its record is written with the figures drained so far."""
     budget_refresh_s: float = Field(5.0, gt=0)
-    """How often spend against hard budget limits is recomputed (a scope can pass its limit
-    by what it spends in this long before its requests get 429)."""
+    """How often spend against hard budget limits is read from the database (between two
+    reads each request reserves its expected cost: :mod:`serving.proxy.budget_guard`)."""
+    budget_settle_lag_s: float = Field(2.0, gt=0)
+    """A refresh counts the metered usage that finished this long before it; the proxy
+    counts what finished since itself. Longer than the usage sink takes to write a record
+    (``sink_flush_interval_s``, or the meter service's lateness plus its flush)."""
+    budget_shares: PositiveInt = 1
+    """How many proxy processes admit requests against the same budgets (workers on every
+    host): each admits against this share of what a budget has left at its refresh.
+    ``specledger proxy --workers N`` makes it N on one host."""
+    reserve_max_tokens: PositiveInt = 1024
+    """The output tokens reserved for a request that sets no ``max_tokens``."""
     speculate_up_to: PositiveInt | None = None
     """Route by load: while at most this many requests are in flight (the new one included),
     new requests go to speculating replicas, above it to plain ones. The schedule done by

@@ -163,9 +163,10 @@ def _response_headers(
     if state.rates is not None:
         headers += state.rates.headers_for(request.replica.spec.deployment)
     if state.budgets is not None:
-        standing = state.budgets.team_headroom(request.attribution)
-        if standing is not None:
-            headers.append((_REMAINING_RAW, format_micros(standing.remaining_micros).encode()))
+        headroom = state.budgets.team_headroom(request.attribution)
+        if headroom is not None:
+            standing, remaining = headroom
+            headers.append((_REMAINING_RAW, format_micros(remaining).encode()))
             headers.append((_BUDGET_CURRENCY_RAW, standing.currency.encode("latin-1")))
     return headers
 
@@ -174,8 +175,9 @@ _NOT_PASSED = frozenset(name.encode() for name in _HOP_BY_HOP | _OWN_HEADERS)
 _SESSION_RAW = SESSION_HEADER.lower().encode()
 _EVENT_RAW = EVENT_HEADER.lower().encode()
 BUDGET_REMAINING_HEADER = "X-SpecLedger-Budget-Remaining"
-"""What the caller's team may still spend before its tightest hard limit (as of the last
-budget refresh); with ``X-SpecLedger-Budget-Currency``."""
+"""What the caller's team may still spend before its tightest hard limit (its spend at the
+last budget refresh, less what this proxy has reserved and settled since); with
+``X-SpecLedger-Budget-Currency``."""
 _REMAINING_RAW = BUDGET_REMAINING_HEADER.lower().encode()
 _BUDGET_CURRENCY_RAW = b"x-specledger-budget-currency"
 _COST_ESTIMATE_RAW = COST_ESTIMATE_HEADER.lower().encode()
@@ -331,15 +333,51 @@ def _estimate(state: ProxyState, deployment: str) -> Callable[[TokenUsage], str 
     return lambda usage: rates.estimate(deployment, usage.prompt_tokens, usage.completion_tokens)
 
 
-def _over_budget(over: HardLimitStanding, attribution: Attribution) -> JSONResponse:
-    """429: the request's scope is over a budget's hard limit until the period ends."""
+def _expected_cost(
+    state: ProxyState, deployment: str, raw: bytes, body: dict[str, Any] | None
+) -> int:
+    """What a request may cost at the deployment's rate card: its prompt at about four bytes
+    a token (the whole body's bytes) and its ``max_tokens`` (``reserve_max_tokens`` when it
+    sets none); 0 before the deployment has prices."""
+    price = state.rates.price_of(deployment) if state.rates is not None else None
+    if price is None:
+        return 0
+    limit = None
+    if body is not None:
+        limit = body.get("max_tokens", body.get("max_completion_tokens"))
+    if not isinstance(limit, int) or isinstance(limit, bool) or limit <= 0:
+        limit = state.config.reserve_max_tokens
+    return price.cost_of(-(-len(raw) // 4), limit)
+
+
+def _over_budget(
+    over: HardLimitStanding,
+    attribution: Attribution,
+    *,
+    counted: int | None = None,
+    estimate: int | None = None,
+) -> JSONResponse:
+    """429: the request's scope is over a budget's hard limit until the period ends (or,
+    with ``estimate``, the request's expected cost does not fit in what is left).
+    ``counted``: the spend, in flight included, the proxy counts against the limit (default:
+    the standing's)."""
     period_end = over.period_end.isoformat().replace("+00:00", "Z")
     if over.scope == BudgetScope(ScopeKind.team, attribution.team or ""):
-        limit, spent = format_micros(over.hard_limit_micros), format_micros(over.spent_micros)
-        message = (
-            f"budget {over.name!r} ({over.scope}) is over its hard limit: spent {spent} of "
-            f"{limit} {over.currency} in the period ending {period_end}"
-        )
+        limit = format_micros(over.hard_limit_micros)
+        spent = format_micros(over.spent_micros if counted is None else counted)
+        if estimate is None:
+            message = (
+                f"budget {over.name!r} ({over.scope}) is over its hard limit: spent {spent} "
+                f"of {limit} {over.currency} in the period ending {period_end}"
+            )
+        else:
+            message = (
+                f"budget {over.name!r} ({over.scope}) would pass its hard limit: spent "
+                f"{spent} (requests in flight included) of {limit} {over.currency}, and this "
+                f"request may cost {format_micros(estimate)} (its max_tokens at the "
+                f"deployment's price); lower max_tokens or wait for the period ending "
+                f"{period_end}"
+            )
         budget: dict[str, Any] = {
             "id": over.budget_id,
             "name": over.name,
@@ -407,7 +445,8 @@ async def forward(
         )
         if over is not None:
             state.metrics.rejected("budget_exceeded")
-            await _over_budget(over, attribution)(scope, receive, send)
+            counted = guard.counted(over) if guard is not None else over.spent_micros
+            await _over_budget(over, attribution, counted=counted)(scope, receive, send)
             return
         state.metrics.rejected("permission_denied")
         await send_json(
@@ -429,6 +468,18 @@ async def forward(
             {SESSION_HEADER: attribution.session_id},
         )
         return
+    reservation = None
+    if guard is not None and guard.has_limits:
+        estimate = _expected_cost(state, replica.spec.deployment, raw, body)
+        held = guard.reserve(attribution, replica.spec.deployment, estimate)
+        if isinstance(held, HardLimitStanding):
+            state.metrics.rejected("budget_exceeded")
+            refusal = _over_budget(
+                held, attribution, counted=guard.counted(held), estimate=estimate
+            )
+            await refusal(scope, receive, send)
+            return
+        reservation = held
     streamed = bool(body and body.get("stream"))
     request = state.begin(
         replica,
@@ -437,6 +488,7 @@ async def forward(
         model=model or replica.spec.model or "",
         streamed=streamed,
         arrived_ns=arrived_ns,
+        reservation=reservation,
     )
     wants_usage = wants_every = False
     content = raw

@@ -16,6 +16,7 @@ from typing import Protocol
 
 import httpx
 
+from app.budgets.rules.admission import Reservation
 from app.domain.gpu_seconds import ReplicaMeter
 from app.domain.usage import MODEL_MAX, ReplicaIdleEvent, UsageEvent, UsageStatus
 from serving.engines.triton_metrics import TritonMetrics
@@ -86,6 +87,8 @@ class InFlight:
     """Tokens of chunks not yet reported to the meter (see :meth:`ProxyState.chunk`)."""
     held_at_ns: int = 0
     """Instant of the latest of those chunks."""
+    reservation: Reservation | None = None
+    """Its expected cost, held against hard budget limits until it ends."""
 
 
 @dataclass(slots=True)
@@ -188,8 +191,10 @@ class ProxyState:
         model: str,
         streamed: bool,
         arrived_ns: int,
+        reservation: Reservation | None = None,
     ) -> InFlight:
-        """Start metering a request sent to ``replica`` (it arrived at ``arrived_ns``)."""
+        """Start metering a request sent to ``replica`` (it arrived at ``arrived_ns``),
+        holding ``reservation`` against its budgets until it ends."""
         event_id = uuid.uuid4().hex
         replica.in_flight += 1
         if self.meter_link is not None:
@@ -210,6 +215,7 @@ class ProxyState:
             arrived_ns=arrived_ns,
             concurrency=concurrency,
             reported_ns=arrived_ns,
+            reservation=reservation,
         )
         replica.live[event_id] = request
         self.metrics.in_flight(replica.spec, replica.in_flight)
@@ -234,6 +240,10 @@ class ProxyState:
         request.done = True
         replica = request.replica
         finished_ns = self.clock.now_ns()
+        if request.reservation is not None and self.budgets is not None:
+            price = self.rates.price_of(replica.spec.deployment) if self.rates else None
+            cost = price.cost_of(usage.prompt_tokens, usage.completion_tokens) if price else 0
+            self.budgets.settle(request.reservation, cost)
         event = UsageEvent(
             event_id=request.event_id,
             session_id=request.attribution.session_id,

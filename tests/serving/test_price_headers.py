@@ -21,6 +21,7 @@ from app.settings import Settings
 from serving.proxy.app import ProxyConfig, ReplicaSpec, create_proxy_app
 from serving.proxy.attribution import Attribution
 from serving.proxy.budget_guard import BudgetGuard
+from serving.proxy.rate_card import RateCard
 from tests.serving.fake_vllm import FakeVllm
 from tests.serving.proxy_helpers import bearer, proxy_key, serve
 from tests.serving.test_proxy_budgets import D, allocated_hour_ago
@@ -65,6 +66,10 @@ def test_responses_carry_the_rate_card_the_estimate_and_the_teams_headroom(
         card = api.get("/v1/prices", headers={"Authorization": f"Bearer {reader}"}).json()
     (d1,) = card["items"]
     search, ads = proxy_key(engine, "search"), proxy_key(engine, "ads")
+    rates = RateCard(engine)  # the month's prices as the proxy loads them at start
+    rates.refresh()
+    price = rates.price_of("d1")
+    assert price is not None
     with (
         serve(create_proxy_app(_config(db_url), transport=FakeVllm().transport())) as base,
         httpx.Client(base_url=base, timeout=30) as client,
@@ -109,9 +114,11 @@ def test_responses_carry_the_rate_card_the_estimate_and_the_teams_headroom(
     )
     assert final["specledger_cost_estimate"] == whole.headers["x-specledger-cost-estimate"]
     assert "specledger_cost_estimate" not in streamed.text  # it did not ask for usage
-    # search has spent 2.00: 0.50 left before the tighter of its two hard limits.
+    # search has spent 2.00: 0.50 left before the tighter of its two hard limits, less what
+    # the request holds while it runs (its prompt and max_tokens at the card's prices).
+    held = price.cost_of(-(-len(whole.request.content) // 4), 4)  # _BODY's max_tokens
     remaining = Decimal(whole.headers["x-specledger-budget-remaining"])
-    assert Decimal("0.49") < remaining <= Decimal("0.50")
+    assert remaining == Decimal("0.50") - Decimal(held) / D
     assert whole.headers["x-specledger-budget-currency"] == "USD"
     assert Decimal(streamed.headers["x-specledger-budget-remaining"]) <= remaining
     # ads has no budget; the team header of another team shows nothing either.
@@ -149,12 +156,13 @@ def test_only_the_teams_own_key_or_a_gateway_sees_its_budget(engine: Engine, tmp
     guard = BudgetGuard(engine)
     guard.refresh()
 
-    def seen(grant: ProxyGrant | None) -> HardLimitStanding | None:
+    def seen(grant: ProxyGrant | None) -> tuple[HardLimitStanding, int] | None:
         return guard.team_headroom(Attribution(session_id="s", team="search", grant=grant))
 
     own = seen(ProxyGrant(key_id=1, name="k", team="search"))
     assert own is not None
-    assert own.remaining_micros == 3 * D - own.spent_micros
+    standing, remaining = own
+    assert remaining == standing.remaining_micros == 3 * D - standing.spent_micros
     assert seen(ProxyGrant(key_id=2, name="g", team="edge", gateway=True)) == own
     assert seen(ProxyGrant(key_id=3, name="k", team="ads")) is None
     assert seen(None) is None  # an anonymous request that names the team in a header

@@ -1,12 +1,16 @@
 """Hard budget limits through the real proxy (fake vLLM; SQLite and PostgreSQL): a team over
-its limit gets 429 while another team's requests pass, and a request in flight finishes."""
+its limit gets 429 while another team's requests pass, and a request in flight finishes; a
+burst is admitted only as far as its reserved cost fits."""
 
+import asyncio
+import json
 import threading
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 
 import httpx
+import pytest
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
@@ -16,6 +20,7 @@ from app.budgets import service
 from app.budgets.rules.budget import BudgetScope, PeriodKind
 from app.domain.periods import Month
 from serving.proxy.app import ProxyConfig, ReplicaSpec, create_proxy_app
+from serving.proxy.rate_card import RateCard
 from tests.budgets.helpers import HOUR_NS, register
 from tests.factories import insert_usage, usage_record
 from tests.ingest.helpers import focus_row, write_focus_csv
@@ -127,3 +132,76 @@ def test_a_team_over_its_hard_limit_gets_429_and_another_team_passes(engine, db_
     assert isinstance(streamed["body"], bytes)
     assert streamed["body"].rstrip().endswith(b"data: [DONE]")
     assert 'specledger_proxy_rejected_requests_total{code="budget_exceeded"}' in metrics
+
+
+@pytest.mark.parametrize("shares", [1, 2])
+def test_a_burst_is_admitted_only_as_far_as_its_reserved_cost_fits_the_limit(
+    engine: Engine, db_url: str, tmp_path: Path, shares: int
+) -> None:
+    """Twenty requests at once, with room under the hard limit for five at their expected
+    cost: the rest get 429 before any has ended (no refresh happens during the burst), and
+    what the admitted ones cost is counted when they end."""
+    billed = allocated_hour_ago(engine, tmp_path)
+    rates = RateCard(engine)
+    rates.refresh()
+    price = rates.price_of("d1")
+    assert price is not None
+    body = json.dumps({"model": "fake-model", "prompt": "SLOW story", "max_tokens": 60,
+                       "stream": True}).encode()  # fmt: skip
+    estimate = price.cost_of(-(-len(body) // 4), 60)
+    assert estimate > 0
+    headroom = (5 * estimate + estimate // 2) * shares
+    midnight = billed.replace(hour=0)
+    with Session(engine) as session, session.begin():
+        service.create_budget(
+            session,
+            service.NewBudget(
+                name="search-cap",
+                scope=BudgetScope.parse("team=search"),
+                amount_micros=100 * D,
+                currency="USD",
+                period=PeriodKind.custom,
+                start=midnight,
+                end=midnight + timedelta(days=3),
+                hard_limit_micros=2 * D + headroom,  # search has spent 2.00
+            ),
+        )
+    search = proxy_key(engine, "search")
+    config = ProxyConfig(
+        replicas=(ReplicaSpec(url="http://fake:8000", deployment="d1", name="r1"),),
+        database_url=db_url,
+        tick_interval_s=0.05,
+        sink_flush_interval_s=0.05,
+        budget_refresh_s=3600,  # the standings read at start-up hold for the whole test
+        budget_shares=shares,
+    )
+    headers = {**bearer(search), "content-type": "application/json"}
+
+    async def burst(base: str) -> list[httpx.Response]:
+        async with httpx.AsyncClient(base_url=base, timeout=60) as client:
+
+            async def one() -> httpx.Response:
+                response = await client.post("/v1/completions", content=body, headers=headers)
+                await response.aread()
+                return response
+
+            return list(await asyncio.gather(*(one() for _ in range(20))))
+
+    with serve(create_proxy_app(config, transport=FakeVllm().transport())) as base:
+        answers = asyncio.run(burst(base))
+        small = {"model": "fake-model", "prompt": "hi", "max_tokens": 2}
+        after = httpx.post(f"{base}/v1/completions", json=small, headers=bearer(search))
+    admitted = [a for a in answers if a.status_code == 200]
+    refused = [a for a in answers if a.status_code == 429]
+    assert len(admitted) == 5
+    assert len(refused) == 15
+    assert all(a.text.rstrip().endswith("data: [DONE]") for a in admitted)
+    error = refused[0].json()["error"]
+    assert error["code"] == "budget_exceeded"
+    assert "would pass its hard limit" in error["message"]
+    assert "this request may cost" in error["message"]
+    # The five have ended: their metered cost (at most their estimate) is what is counted,
+    # so a small request still fits and sees what is left.
+    assert after.status_code == 200, after.text
+    left = Decimal(after.headers["x-specledger-budget-remaining"]) * D
+    assert headroom - 5 * estimate - 2 * price.cost_of(10, 2) <= left <= headroom
