@@ -321,9 +321,25 @@ def budget_views(engine: Engine, *, month: str, team: str | None = None) -> list
                         columns=["day", "expected_micros", "lower_micros", "upper_micros"],
                     ),
                     level=forecast.level if forecast else None,
+                    steps=_step_lines(result),
                 )
             )
     return views
+
+
+def _step_lines(result: budgets.BudgetReport) -> tuple[tuple[int, str], ...]:
+    """Each brownout step's line: where it acts and what it does, since when."""
+    limit = result.budget.hard_limit_micros
+    if limit is None:
+        return ()
+    taken = result.steps_taken
+    lines = []
+    for step in budgets.steps_of(result.budget):
+        does = f"route to {step.route_to}" if step.route_to else "warn"
+        since = taken.get(step)
+        when = f", taken since {since:%b %d %H:00} UTC" if since else ""
+        lines.append((limit * step.at_percent // 100, f"{step.at_percent}%: {does}{when}"))
+    return tuple(lines)
 
 
 # ---------------------------------------------------------------------------------- slurm

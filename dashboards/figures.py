@@ -676,6 +676,8 @@ class BudgetView:
     actual: pd.DataFrame
     forecast: pd.DataFrame
     level: float | None
+    steps: tuple[tuple[int, str], ...] = ()
+    """Brownout steps: where each acts (micros) and what it says (its action and since when)."""
 
 
 def budget_burn_figure(view: BudgetView) -> go.Figure:
@@ -704,6 +706,9 @@ def budget_burn_figure(view: BudgetView) -> go.Figure:
     if view.hard_limit_micros is not None:
         fig.add_hline(y=view.hard_limit_micros * to_units, line_color="#c0392b",
                       annotation_text=f"hard limit {money_2dp(view.hard_limit_micros)}")  # fmt: skip
+    for at_micros, label in view.steps:
+        fig.add_hline(y=at_micros * to_units, line_dash="dot", line_color="#8e44ad",
+                      annotation_text=label, annotation_position="bottom right")  # fmt: skip
     fig.update_layout(yaxis={"title": view.currency, "rangemode": "tozero"})
     return fig
 

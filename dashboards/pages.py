@@ -395,7 +395,7 @@ def tiers_page(
 
 def budgets_page(ctx: PageContext, *, views: Sequence[figures.BudgetView]) -> str:
     """A burn-up per budget: spend so far, the period-end forecast and its interval, the
-    budget and the hard limit."""
+    budget, the hard limit and the brownout steps before it (since when each is taken)."""
     cards = [
         _card(figure_html(figures.budget_burn_figure(view), f"budget-{index}"), wide=True)
         for index, view in enumerate(views)
@@ -408,6 +408,8 @@ def budgets_page(ctx: PageContext, *, views: Sequence[figures.BudgetView]) -> st
     intro = (
         "Spend is the ledger where it has allocated, plus metered GPU-seconds at the "
         "deployment's latest unit cost since; the forecast is a linear trend with "
-        "day-of-week levels and AR(1) errors, with its prediction interval."
+        "day-of-week levels and AR(1) errors, with its prediction interval. Dotted lines "
+        "are brownout steps: from there the proxy warns the scope's callers or routes its "
+        "requests to a cheaper deployment, before the hard limit refuses them."
     )
     return render(ctx, "budgets", cards, intro=intro)

@@ -9,12 +9,14 @@ from fastapi import APIRouter, Path
 from app.auth.deps import AdminDep, PrincipalDep
 from app.budgets import service
 from app.budgets.rules.budget import BudgetScope
+from app.budgets.rules.steps import BudgetStep
 from app.budgets.schemas import (
     BudgetCreate,
     BudgetRead,
     DaySpendRead,
     ForecastDayRead,
     ForecastRead,
+    StepRead,
 )
 from app.deps import SessionDep, SettingsDep
 from app.domain.money import decimal_to_micros
@@ -31,6 +33,7 @@ def read(result: service.BudgetReport) -> BudgetRead:
     days = [d for d in spend.days if result.period_start.date() <= d.day < end_day]
     forecast = result.forecast
     crossing = result.crossing
+    taken = result.steps_taken
     return BudgetRead(
         id=budget.id,
         name=budget.name,
@@ -48,6 +51,15 @@ def read(result: service.BudgetReport) -> BudgetRead:
         percent=round(state.percent, 3),
         reached=list(state.reached),
         over_hard_limit=state.over_hard_limit,
+        steps=[
+            StepRead(
+                at_percent=step.at_percent,
+                action=step.action,
+                route_to=step.route_to,
+                taken_since=taken.get(step),
+            )
+            for step in service.steps_of(budget)
+        ],
         unpriced_deployments=list(spend.unpriced),
         daily=[
             DaySpendRead(day=d.day, spent=money(d.total_micros), metered=money(d.metered_micros))
@@ -127,6 +139,7 @@ def create_budget(
             hard_limit_micros=None
             if body.hard_limit is None
             else decimal_to_micros(body.hard_limit),
+            steps=[BudgetStep(s.at_percent, s.action, s.route_to) for s in body.steps],
         ),
     )
     return read(service.report(session, budget, now=datetime.now(UTC)))

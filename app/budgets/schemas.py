@@ -7,10 +7,26 @@ from typing import Annotated
 from pydantic import Field
 
 from app.budgets.rules.budget import DEFAULT_THRESHOLDS, PeriodKind
+from app.budgets.rules.steps import StepAction
 from app.kit.schemas import NAME_MAX, STORABLE, Amount, Schema
 
 PositiveAmount = Annotated[Decimal, Field(gt=0, max_digits=18, decimal_places=6)]
 """Money that fits a BIGINT in micros."""
+
+
+class StepCreate(Schema):
+    """A brownout step: from ``at_percent`` of the hard limit on, the proxy warns the scope's
+    callers (``warn``) or sends its requests to ``route_to`` (``route``)."""
+
+    at_percent: int = Field(ge=1, le=99)
+    action: StepAction
+    route_to: str | None = Field(None, min_length=1, max_length=128, pattern=STORABLE)
+    """The cheaper deployment a ``route`` step sends requests to."""
+
+
+class StepRead(StepCreate):
+    taken_since: datetime | None
+    """The start of the hour in which spend reached the step this period; null if not yet."""
 
 
 class BudgetCreate(Schema):
@@ -35,6 +51,8 @@ class BudgetCreate(Schema):
     """Percentages of the amount that raise an alert."""
     hard_limit: PositiveAmount | None = None
     """Spend at which the proxy answers 429 to new requests in the scope."""
+    steps: list[StepCreate] = Field(default_factory=list, max_length=10)
+    """Brownout steps before the hard limit (they need one)."""
 
 
 class DaySpendRead(Schema):
@@ -82,6 +100,8 @@ class BudgetRead(Schema):
     percent: float
     reached: list[int]
     over_hard_limit: bool
+    steps: list[StepRead]
+    """Its brownout steps, in the order they act, and when each was taken this period."""
     unpriced_deployments: list[str]
     """Deployments with usage but no unit cost yet (no allocation): not counted."""
     daily: list[DaySpendRead]

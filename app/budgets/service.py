@@ -28,6 +28,7 @@ from app.budgets.rules.forecast import (
     budget_crossing,
     forecast_spend,
 )
+from app.budgets.rules.steps import BudgetStep, check_steps, taken_since
 from app.budgets.spend import SpendBreakdown, spend
 from app.domain.errors import Conflict, Invalid, NotFound
 from app.domain.money import format_micros
@@ -62,6 +63,8 @@ class NewBudget:
     end: datetime | None = None
     thresholds: Sequence[int] = DEFAULT_THRESHOLDS
     hard_limit_micros: int | None = None
+    steps: Sequence[BudgetStep] = ()
+    """Brownout steps before the hard limit (:mod:`app.budgets.rules.steps`)."""
 
 
 def _check_scope(session: Session, scope: BudgetScope) -> None:
@@ -80,16 +83,18 @@ def _check_scope(session: Session, scope: BudgetScope) -> None:
                 )
             )
     elif scope.kind is ScopeKind.deployment:
-        names = set(session.scalars(select(Deployment.name)))
-        if scope.value not in names:
-            raise BudgetError(
-                unknown_name(
-                    "deployment",
-                    scope.value,
-                    names,
-                    hint="register it with `specledger deployments add`",
-                )
-            )
+        _check_deployment(session, scope.value)
+
+
+def _check_deployment(session: Session, name: str, *, prefix: str = "") -> None:
+    names = set(session.scalars(select(Deployment.name)))
+    if name not in names:
+        hint = "register it with `specledger deployments add`"
+        raise BudgetError(prefix + unknown_name("deployment", name, names, hint=hint))
+
+
+def steps_of(budget: Budget) -> tuple[BudgetStep, ...]:
+    return tuple(BudgetStep.from_json(step) for step in budget.steps or ())
 
 
 def create_budget(session: Session, new: NewBudget, *, now: datetime | None = None) -> Budget:
@@ -107,6 +112,7 @@ def create_budget(session: Session, new: NewBudget, *, now: datetime | None = No
         raise BudgetError("the hard limit must be positive")
     try:
         thresholds = check_thresholds(new.thresholds)
+        steps = check_steps(new.steps, hard_limit_micros=new.hard_limit_micros)
     except ValueError as exc:
         raise BudgetError(str(exc)) from None
     if new.period is PeriodKind.custom:
@@ -119,6 +125,9 @@ def create_budget(session: Session, new: NewBudget, *, now: datetime | None = No
     if session.scalar(select(Budget.id).where(Budget.name == new.name)) is not None:
         raise BudgetExists(f"a budget named {new.name!r} exists")
     _check_scope(session, new.scope)
+    for step in steps:
+        if step.route_to is not None:
+            _check_deployment(session, step.route_to, prefix=f"step {step}: ")
     budget = Budget(
         name=new.name,
         scope_kind=new.scope.kind.value,
@@ -130,6 +139,7 @@ def create_budget(session: Session, new: NewBudget, *, now: datetime | None = No
         currency=new.currency,
         thresholds=list(thresholds),
         hard_limit_micros=new.hard_limit_micros,
+        steps=[step.to_json() for step in steps],
         created_at=now or datetime.now(UTC),
     )
     session.add(budget)
@@ -192,6 +202,19 @@ class BudgetReport:
     crossing: BudgetCrossing | None
     """When spend reaches the amount (None: not within the period)."""
 
+    @property
+    def steps_taken(self) -> dict[BudgetStep, datetime]:
+        """Each brownout step that spend has reached this period, and the hour it did."""
+        limit = self.budget.hard_limit_micros
+        if limit is None or not self.budget.steps:
+            return {}
+        hourly = {
+            hour: ledger + metered
+            for hour, (ledger, metered) in self.spend.hours.items()
+            if self.period_start <= hour < self.period_end
+        }
+        return taken_since(steps_of(self.budget), hard_limit_micros=limit, hourly=hourly)
+
 
 def report(
     session: Session, budget: Budget, *, now: datetime, forecast: bool = True
@@ -251,6 +274,8 @@ class HardLimitStanding:
     hard_limit_micros: int
     spent_micros: int
     period_end: datetime
+    steps: tuple[BudgetStep, ...] = ()
+    """Its brownout steps, in the order they act."""
 
     @property
     def reached(self) -> bool:
@@ -295,6 +320,7 @@ def hard_limit_standings(
                 budget.hard_limit_micros,
                 spent,
                 end,
+                steps_of(budget),
             )
         )
     return standings
@@ -345,6 +371,34 @@ def budget_alerts(result: BudgetReport, *, now: datetime) -> list[Alert]:
         )
         for threshold in state.reached
     ]
+    for step, since in result.steps_taken.items():
+        does = (
+            f"sends its requests to {step.route_to}"
+            if step.route_to
+            else "marks its responses with X-SpecLedger-Budget-Step"
+        )
+        alerts.append(
+            Alert(
+                kind=AlertKind.budget_step,
+                dedup_key=f"budget-step:{budget.id}:{period}:{step.at_percent}",
+                title=f"Budget {budget.name} reached its {step.at_percent}% step: {step.action}",
+                text=(
+                    f"{result.scope} has spent {format_micros(state.spent_micros)} "
+                    f"{budget.currency}, {step.at_percent}% or more of its hard limit of "
+                    f"{format_micros(budget.hard_limit_micros or 0)}, since the hour from "
+                    f"{since:%Y-%m-%d %H:%M} UTC: the proxy {does} until the period ends "
+                    f"{result.period_end:%Y-%m-%d}."
+                ),
+                severity=Severity.warning,
+                occurred_at=now,
+                details=money
+                | {
+                    "hard_limit": format_micros(budget.hard_limit_micros or 0),
+                    "step": step.to_json(),
+                    "taken_since": since.isoformat(),
+                },
+            )
+        )
     forecast, crossing = result.forecast, result.crossing
     if (
         forecast is not None

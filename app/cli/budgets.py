@@ -8,12 +8,14 @@ from typing import Annotated, Any
 import typer
 
 from app.budgets.rules.budget import BudgetScope, PeriodKind
+from app.budgets.rules.steps import BudgetStep
 from app.cli._support import as_utc, open_engine, user_errors
 from app.domain.money import decimal_to_micros
 
 budgets_app = typer.Typer(
     help="Budgets per team, cost center, deployment or tag: thresholds that alert, an optional "
-    "hard limit the metering proxy enforces (429), and a month-end forecast.",
+    "hard limit the metering proxy enforces (429) with brownout steps before it (warn, route "
+    "to a cheaper deployment), and a month-end forecast.",
     no_args_is_help=True,
 )
 
@@ -52,8 +54,21 @@ def create(
         str | None,
         typer.Option(help="Spend at which the proxy answers 429 to the scope's new requests."),
     ] = None,
+    step: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="A brownout step before the hard limit, repeatable: PERCENT:warn marks the "
+            "scope's responses from PERCENT of the hard limit on; PERCENT:route=DEPLOYMENT "
+            "sends its requests to that (cheaper) deployment. E.g. --step 75:warn --step "
+            "90:route=smol-plain.",
+        ),
+    ] = None,
 ) -> None:
-    """Create a budget."""
+    """Create a budget.
+
+    With --hard-limit, the metering proxy refuses the scope's new requests (429) once spend
+    reaches it; --step makes it act before that: warn, then route to a cheaper deployment.
+    """
     from sqlalchemy.orm import Session
 
     from app.budgets import service
@@ -62,6 +77,7 @@ def create(
     try:
         parsed_scope = BudgetScope.parse(scope)
         percents = [int(t) for t in thresholds.split(",") if t.strip()]
+        steps = [BudgetStep.parse(text) for text in step or []]
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
     settings = get_settings()
@@ -75,6 +91,7 @@ def create(
         end=as_utc(end) if end else None,
         thresholds=percents,
         hard_limit_micros=_micros("--hard-limit", hard_limit),
+        steps=steps,
     )
     with (
         user_errors(),
@@ -140,6 +157,11 @@ def show(
             "over it: the proxy refuses new requests" if row["over_hard_limit"] else "not reached"
         )
         typer.echo(f"  hard limit {row['hard_limit']}: {state}")
+    for taken in row["steps"]:
+        target = f" to {taken['route_to']}" if taken["route_to"] else ""
+        since = taken["taken_since"]
+        when = f"taken since {since[:16].replace('T', ' ')} UTC" if since else "not reached"
+        typer.echo(f"  step at {taken['at_percent']}%: {taken['action']}{target}: {when}")
     if row["unpriced_deployments"]:
         typer.echo(f"  not priced yet (no allocation): {', '.join(row['unpriced_deployments'])}")
     forecast = row["forecast"]

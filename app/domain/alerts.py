@@ -53,6 +53,8 @@ _SLACK_FIELDS_MAX = 10
 class AlertKind(StrEnum):
     budget_threshold = "budget_threshold"
     forecast_crossing = "forecast_crossing"
+    budget_step = "budget_step"
+    """A budget's spend reached a brownout step: the proxy now warns or routes its scope."""
     anomaly = "anomaly"
     waste_finding = "waste_finding"
     acceptance_drift = "acceptance_drift"

@@ -3,7 +3,7 @@
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, CheckConstraint, String
+from sqlalchemy import JSON, BigInteger, CheckConstraint, String, text
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.db import Base, BigIntId, UTCDateTime
@@ -43,5 +43,7 @@ class Budget(Base):
     thresholds: Mapped[list[Any]] = mapped_column(JSON)
     """Percentages of ``amount`` that raise an alert when spend reaches them."""
     hard_limit_micros: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    steps: Mapped[list[Any]] = mapped_column(JSON, default=list, server_default=text("'[]'"))
+    """Brownout steps before the hard limit (:mod:`app.budgets.rules.steps`), as JSON."""
     created_at: Mapped[datetime] = mapped_column(UTCDateTime())
     archived_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)

@@ -22,6 +22,7 @@ from sqlalchemy import Engine
 
 from app.budgets.rules.admission import Admission, Reservation, Standing
 from app.budgets.rules.budget import BudgetScope, ScopeKind
+from app.budgets.rules.steps import BudgetStep, StepAction, step_in_force
 from app.budgets.service import HardLimitStanding, hard_limit_standings
 from app.db import read_session
 from serving.proxy.attribution import Attribution
@@ -94,6 +95,32 @@ class BudgetGuard:
         """A request ended: its metered cost replaces its reservation."""
         with self._lock:
             self._admission.settle(reservation, cost_micros, ended=datetime.now(UTC))
+
+    def step_for(
+        self, attribution: Attribution, deployment: str
+    ) -> tuple[HardLimitStanding, BudgetStep] | None:
+        """The brownout step in force for this request: of the budgets it falls under, the
+        most severe step their spend has reached (a route before a warning, then the higher
+        percentage). Spend here is the refresh's plus this process's since, scaled by the
+        shares, so a step acts at the same point of the share that the hard limit refuses."""
+        found = []
+        with self._lock:
+            for standing in self._binding(attribution, deployment):
+                if not standing.steps:
+                    continue
+                used = self._admission.used(standing.budget_id) * self._admission.shares
+                step = step_in_force(
+                    standing.steps,
+                    hard_limit_micros=standing.hard_limit_micros,
+                    spent_micros=standing.spent_micros + used,
+                )
+                if step is not None:
+                    found.append((standing, step))
+        return max(
+            found,
+            key=lambda pair: (pair[1].action is StepAction.route, pair[1].at_percent),
+            default=None,
+        )
 
     def counted(self, standing: HardLimitStanding) -> int:
         """The standing's spend plus what this process counts since: in flight and ended."""

@@ -8,6 +8,7 @@ Pure parsing of what vLLM sends back is in :mod:`serving.proxy.wire`; who pays i
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import json
 import logging
@@ -25,6 +26,7 @@ from starlette.types import Receive, Scope, Send
 
 from app.auth.service import KEY_MARK
 from app.budgets.rules.budget import BudgetScope, ScopeKind
+from app.budgets.rules.steps import BudgetStep, StepAction
 from app.budgets.service import HardLimitStanding
 from app.domain.money import format_micros
 from app.domain.usage import UsageStatus
@@ -38,7 +40,7 @@ from serving.engines.trtllm_iteration_stats import (
 from serving.proxy.attribution import Attribution, AttributionRefused, attribute
 from serving.proxy.keyring import looks_like_key
 from serving.proxy.rate_card import COST_ESTIMATE_HEADER
-from serving.proxy.state import DOWN_FOR_NS, InFlight, ProxyState
+from serving.proxy.state import DOWN_FOR_NS, InFlight, ProxyState, ReplicaState
 from serving.proxy.upstream import UpstreamError, UpstreamResponse
 from serving.proxy.vllm_metrics import parse_spec_decode_counters
 from serving.proxy.wire import (
@@ -160,6 +162,8 @@ def _response_headers(
     headers = [(name, value) for name, value in upstream.headers if name not in _NOT_PASSED]
     headers.append((_SESSION_RAW, request.attribution.session_id.encode("latin-1")))
     headers.append((_EVENT_RAW, request.event_id.encode("latin-1")))
+    if request.budget_step is not None:
+        headers.append((_STEP_RAW, request.budget_step))
     if state.rates is not None:
         headers += state.rates.headers_for(request.replica.spec.deployment)
     if state.budgets is not None:
@@ -333,6 +337,48 @@ def _estimate(state: ProxyState, deployment: str) -> Callable[[TokenUsage], str 
     return lambda usage: rates.estimate(deployment, usage.prompt_tokens, usage.completion_tokens)
 
 
+STEP_TAG = "budget_step"
+"""The usage tag of a request a brownout step acted on: ``ACTION:BUDGET``."""
+BUDGET_STEP_HEADER = "X-SpecLedger-Budget-Step"
+"""On a response a brownout step acted on: ``ACTION; at=PERCENT`` and, for the caller's own
+team's budget, ``; budget=NAME``, and for a route, ``; to=DEPLOYMENT``."""
+_STEP_RAW = BUDGET_STEP_HEADER.lower().encode()
+
+
+def _brownout(
+    state: ProxyState,
+    replica: ReplicaState,
+    attribution: Attribution,
+    acting: tuple[HardLimitStanding, BudgetStep],
+    usable: Callable[[str], bool],
+) -> tuple[ReplicaState, Attribution, bytes]:
+    """What a brownout step does to a request: the replica it goes to (a route step's
+    deployment, where this proxy serves it and the key may use it; else the one picked), its
+    attribution tagged with the step, and the header that says so."""
+    standing, step = acting
+    action = step.action
+    if action is StepAction.route:
+        target = state.pick(None, allowed=lambda name: name == step.route_to and usable(name))
+        if target is None:
+            log.warning(
+                "budget %r: route step to %r, but no usable replica serves it here; warning "
+                "instead",
+                standing.name,
+                step.route_to,
+            )
+            action = StepAction.warn
+        else:
+            replica = target
+    parts = [str(action), f"at={step.at_percent}"]
+    if standing.scope == BudgetScope(ScopeKind.team, attribution.team or ""):
+        parts.append(f"budget={standing.name}")
+    if action is StepAction.route:
+        parts.append(f"to={step.route_to}")
+    tags = {**attribution.tags, STEP_TAG: f"{action}:{standing.name}"}
+    header = "; ".join(parts).encode("latin-1", errors="replace")
+    return replica, dataclasses.replace(attribution, tags=tags), header
+
+
 def _expected_cost(
     state: ProxyState, deployment: str, raw: bytes, body: dict[str, Any] | None
 ) -> int:
@@ -468,6 +514,17 @@ async def forward(
             {SESSION_HEADER: attribution.session_id},
         )
         return
+    step_header = None
+    if guard is not None and guard.has_limits:
+        acting = guard.step_for(attribution, replica.spec.deployment)
+        if acting is not None:
+            replica, attribution, step_header = _brownout(
+                state, replica, attribution, acting, usable
+            )
+            if replica.spec.model is not None and body is not None and model != replica.spec.model:
+                model = replica.spec.model
+                body = {**body, "model": model}
+                raw = json.dumps(body).encode()
     reservation = None
     if guard is not None and guard.has_limits:
         estimate = _expected_cost(state, replica.spec.deployment, raw, body)
@@ -490,6 +547,7 @@ async def forward(
         arrived_ns=arrived_ns,
         reservation=reservation,
     )
+    request.budget_step = step_header
     wants_usage = wants_every = False
     content = raw
     if streamed and body is not None:

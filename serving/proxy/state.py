@@ -89,6 +89,8 @@ class InFlight:
     """Instant of the latest of those chunks."""
     reservation: Reservation | None = None
     """Its expected cost, held against hard budget limits until it ends."""
+    budget_step: bytes | None = None
+    """The ``X-SpecLedger-Budget-Step`` header of a request a brownout step acted on."""
 
 
 @dataclass(slots=True)
