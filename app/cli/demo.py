@@ -71,7 +71,7 @@ def run_demo(
     from app.allocation.engine import PlanEngine
     from app.allocation.service import run_allocation
     from app.allocation.windowing import Window
-    from app.cli.demo_drafts import serve_side_by_side, side_by_side_lines
+    from app.cli.demo_drafts import RunningEngine, serve_side_by_side, side_by_side_lines
     from app.cli.demo_serving import bill, free_port, proxy, register_deployment
     from app.db import unit_of_work
     from serving.engine import launcher
@@ -99,24 +99,33 @@ def run_demo(
     handle = launcher.start(
         config, data_dir / "demo-engine.log", timeout_s=900, state_dir=data_dir / "engines"
     )
+    stopped = False
+
+    def stop_engine() -> None:
+        nonlocal stopped
+        if not stopped:
+            stopped = True
+            launcher.stop(handle)
+
+    served = []
     try:
         with proxy(config, data_dir, deployment=DEPLOYMENT, spec="ngram", k=4) as proxy_url:
             step(f"running a workload for teams {', '.join(TEAMS)} through the proxy")
             keys = _team_keys(engine)
             result.requests = asyncio.run(_workload(proxy_url, keys, requests_per_team))
+        finished = datetime.now(UTC)
+        if side_by_side:  # its ngram drafter runs on this engine before it stops
+            served = serve_side_by_side(
+                engine,
+                settings,
+                models=models,
+                vllm_python=vllm_python,
+                draft_layers=DRAFT_LAYERS,
+                step=step,
+                running=RunningEngine(config, stop_engine),
+            )
     finally:
-        launcher.stop(handle)
-    finished = datetime.now(UTC)
-    served = []
-    if side_by_side:
-        served = serve_side_by_side(
-            engine,
-            settings,
-            models=models,
-            vllm_python=vllm_python,
-            draft_layers=DRAFT_LAYERS,
-            step=step,
-        )
+        stop_engine()
     if sweep:
         step("breakeven sweep: no speculation vs ngram k=4 at concurrency 1-32")
         result.sweep_csv = _sweep(data_dir, settings)

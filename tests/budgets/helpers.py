@@ -1,13 +1,18 @@
 """A deployment with a bill, usage and an allocation: the ground budgets are checked on."""
 
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
 from app.allocation.service import run_allocation
 from app.allocation.windowing import Window
+from app.budgets import service as budgets
+from app.budgets.rules.budget import BudgetScope, PeriodKind
+from app.budgets.rules.steps import BudgetStep
 from app.deployments.service import add_deployment, add_replica
 from app.domain.periods import Month
 from ingest.service import IngestOptions, ingest_billing
@@ -71,3 +76,32 @@ def daily_bills(session: Session, folder: Path, days: list[datetime], cost: str)
         mine = [r for r in rows if r["ChargePeriodStart"].startswith(str(month))]
         path = write_focus_csv(folder / f"{month}.csv", mine)
         ingest_billing(session.connection(), str(path), IngestOptions(source=str(month)))
+
+
+def team_budget(
+    engine: Engine,
+    name: str,
+    *,
+    around: datetime,
+    hard_limit_micros: int,
+    amount_micros: int = 10 * 10**6,
+    steps: Sequence[BudgetStep] = (),
+) -> int:
+    """A budget for team search over the three days from the midnight before ``around``,
+    with a hard limit (and ``steps``); returns its id."""
+    midnight = around.replace(hour=0, minute=0, second=0, microsecond=0)
+    with Session(engine) as session, session.begin():
+        return budgets.create_budget(
+            session,
+            budgets.NewBudget(
+                name=name,
+                scope=BudgetScope.parse("team=search"),
+                amount_micros=amount_micros,
+                currency="USD",
+                period=PeriodKind.custom,
+                start=midnight,
+                end=midnight + timedelta(days=3),
+                hard_limit_micros=hard_limit_micros,
+                steps=steps,
+            ),
+        ).id

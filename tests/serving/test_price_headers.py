@@ -3,7 +3,6 @@ deployment's rate card (GET /v1/prices) in headers, the cost estimate of a whole
 and what the caller's team may still spend before its hard limit."""
 
 import json
-from datetime import timedelta
 from decimal import Decimal
 
 import httpx
@@ -12,8 +11,6 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
 from app.auth.service import create_key
-from app.budgets import service
-from app.budgets.rules.budget import BudgetScope, PeriodKind
 from app.budgets.service import HardLimitStanding
 from app.domain.attribution import ProxyGrant
 from app.main import create_app
@@ -22,6 +19,7 @@ from serving.proxy.app import ProxyConfig, ReplicaSpec, create_proxy_app
 from serving.proxy.attribution import Attribution
 from serving.proxy.budget_guard import BudgetGuard
 from serving.proxy.rate_card import RateCard
+from tests.budgets.helpers import team_budget
 from tests.serving.fake_vllm import FakeVllm
 from tests.serving.proxy_helpers import bearer, proxy_key, serve
 from tests.serving.test_proxy_budgets import D, allocated_hour_ago
@@ -43,22 +41,8 @@ def test_responses_carry_the_rate_card_the_estimate_and_the_teams_headroom(
     engine: Engine, db_url: str, tmp_path
 ) -> None:
     billed = allocated_hour_ago(engine, tmp_path)
-    midnight = billed.replace(hour=0)
-    with Session(engine) as session, session.begin():
-        for name, limit in (("wide", 9 * D), ("tight", 5 * D // 2)):
-            service.create_budget(
-                session,
-                service.NewBudget(
-                    name=name,
-                    scope=BudgetScope.parse("team=search"),
-                    amount_micros=10 * D,
-                    currency="USD",
-                    period=PeriodKind.custom,
-                    start=midnight,
-                    end=midnight + timedelta(days=3),
-                    hard_limit_micros=limit,
-                ),
-            )
+    for name, limit in (("wide", 9 * D), ("tight", 5 * D // 2)):
+        team_budget(engine, name, around=billed, hard_limit_micros=limit)
     admin = proxy_key(engine, "ops")  # any key reads prices
     with Session(engine) as session, session.begin():
         reader = create_key(session, team="ops", admin=False).secret
@@ -139,20 +123,7 @@ def test_before_any_allocation_there_are_no_price_headers(engine: Engine, db_url
 
 def test_only_the_teams_own_key_or_a_gateway_sees_its_budget(engine: Engine, tmp_path) -> None:
     billed = allocated_hour_ago(engine, tmp_path)
-    with Session(engine) as session, session.begin():
-        service.create_budget(
-            session,
-            service.NewBudget(
-                name="cap",
-                scope=BudgetScope.parse("team=search"),
-                amount_micros=10 * D,
-                currency="USD",
-                period=PeriodKind.custom,
-                start=billed.replace(hour=0),
-                end=billed.replace(hour=0) + timedelta(days=3),
-                hard_limit_micros=3 * D,
-            ),
-        )
+    team_budget(engine, "cap", around=billed, hard_limit_micros=3 * D)
     guard = BudgetGuard(engine)
     guard.refresh()
 

@@ -15,7 +15,6 @@ from app.allocation.service import run_allocation
 from app.allocation.windowing import Window
 from app.auth.service import create_key
 from app.budgets import service
-from app.budgets.rules.budget import BudgetScope, PeriodKind
 from app.budgets.rules.steps import BudgetStep, StepAction, step_in_force
 from app.deployments.service import add_deployment, add_replica
 from app.domain.alerts import AlertKind
@@ -26,7 +25,7 @@ from app.settings import Settings
 from ingest.service import IngestOptions, ingest_billing
 from serving.proxy.app import ProxyConfig, ReplicaSpec, create_proxy_app
 from serving.proxy.rate_card import RateCard
-from tests.budgets.helpers import HOUR_NS
+from tests.budgets.helpers import HOUR_NS, team_budget
 from tests.factories import insert_usage, usage_record
 from tests.ingest.helpers import focus_row, write_focus_csv
 from tests.serving.fake_vllm import FakeVllm
@@ -96,22 +95,10 @@ def test_the_steps_fire_in_order_then_the_limit_refuses(
     route = BudgetStep(-(-100 * (spent + 5 * per_request) // limit), StepAction.route, "d2")
     assert warn.at_percent < route.at_percent
     midnight = billed.replace(hour=0)
-    with Session(engine) as session, session.begin():
-        budget = service.create_budget(
-            session,
-            service.NewBudget(
-                name="cap",
-                scope=BudgetScope.parse("team=search"),
-                amount_micros=limit,
-                currency="USD",
-                period=PeriodKind.custom,
-                start=midnight,
-                end=midnight + timedelta(days=3),
-                hard_limit_micros=limit,
-                steps=[route, warn],
-            ),
-        )
-        budget_id = budget.id
+    budget_id = team_budget(
+        engine, "cap", around=billed, hard_limit_micros=limit, amount_micros=limit,
+        steps=[route, warn],
+    )  # fmt: skip
     search = proxy_key(engine, "search")
     config = ProxyConfig(
         replicas=(

@@ -16,12 +16,10 @@ from sqlalchemy.orm import Session
 
 from app.allocation.service import run_allocation
 from app.allocation.windowing import Window
-from app.budgets import service
-from app.budgets.rules.budget import BudgetScope, PeriodKind
 from app.domain.periods import Month
 from serving.proxy.app import ProxyConfig, ReplicaSpec, create_proxy_app
 from serving.proxy.rate_card import RateCard
-from tests.budgets.helpers import HOUR_NS, register
+from tests.budgets.helpers import HOUR_NS, register, team_budget
 from tests.factories import insert_usage, usage_record
 from tests.ingest.helpers import focus_row, write_focus_csv
 from tests.serving.fake_vllm import FakeVllm
@@ -89,21 +87,7 @@ def test_a_team_over_its_hard_limit_gets_429_and_another_team_passes(engine, db_
 
         in_flight = threading.Thread(target=stream)
         in_flight.start()
-        midnight = billed.replace(hour=0)
-        with Session(engine) as session, session.begin():
-            service.create_budget(
-                session,
-                service.NewBudget(
-                    name="search-cap",
-                    scope=BudgetScope.parse("team=search"),
-                    amount_micros=10 * D,
-                    currency="USD",
-                    period=PeriodKind.custom,
-                    start=midnight,
-                    end=midnight + timedelta(days=3),
-                    hard_limit_micros=3 * D // 2,
-                ),
-            )
+        team_budget(engine, "search-cap", around=billed, hard_limit_micros=3 * D // 2)
         deadline = datetime.now(UTC) + timedelta(seconds=10)
         while (
             refused := client.post("/v1/completions", json=body, headers=bearer(search))
@@ -151,21 +135,8 @@ def test_a_burst_is_admitted_only_as_far_as_its_reserved_cost_fits_the_limit(
     estimate = price.cost_of(-(-len(body) // 4), 60)
     assert estimate > 0
     headroom = (5 * estimate + estimate // 2) * shares
-    midnight = billed.replace(hour=0)
-    with Session(engine) as session, session.begin():
-        service.create_budget(
-            session,
-            service.NewBudget(
-                name="search-cap",
-                scope=BudgetScope.parse("team=search"),
-                amount_micros=100 * D,
-                currency="USD",
-                period=PeriodKind.custom,
-                start=midnight,
-                end=midnight + timedelta(days=3),
-                hard_limit_micros=2 * D + headroom,  # search has spent 2.00
-            ),
-        )
+    # search has spent 2.00
+    team_budget(engine, "search-cap", around=billed, hard_limit_micros=2 * D + headroom)
     search = proxy_key(engine, "search")
     config = ProxyConfig(
         replicas=(ReplicaSpec(url="http://fake:8000", deployment="d1", name="r1"),),
