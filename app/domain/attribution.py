@@ -12,6 +12,8 @@ RESERVED_TAG_PREFIX = "specledger."
 """Tags the proxy sets itself (which key, through a gateway or not); a client cannot."""
 KEY_TAG = "specledger.key"
 """The id of the proxy key a request presented."""
+STEP_TAG = "specledger.budget_step"
+"""The brownout step that acted on a request (``ACTION:BUDGET``: warn or route)."""
 VIA_TAG = "specledger.via"
 """How the team was decided: ``key``, ``gateway`` (the key's gateway passed it on) or
 ``anonymous``."""

@@ -28,6 +28,7 @@ from app.auth.service import KEY_MARK
 from app.budgets.rules.budget import BudgetScope, ScopeKind
 from app.budgets.rules.steps import BudgetStep, StepAction
 from app.budgets.service import HardLimitStanding
+from app.domain.attribution import STEP_TAG
 from app.domain.money import format_micros
 from app.domain.usage import UsageStatus
 from serving.engines import adapter_for
@@ -337,8 +338,6 @@ def _estimate(state: ProxyState, deployment: str) -> Callable[[TokenUsage], str 
     return lambda usage: rates.estimate(deployment, usage.prompt_tokens, usage.completion_tokens)
 
 
-STEP_TAG = "budget_step"
-"""The usage tag of a request a brownout step acted on: ``ACTION:BUDGET``."""
 BUDGET_STEP_HEADER = "X-SpecLedger-Budget-Step"
 """On a response a brownout step acted on: ``ACTION; at=PERCENT`` and, for the caller's own
 team's budget, ``; budget=NAME``, and for a route, ``; to=DEPLOYMENT``."""

@@ -153,7 +153,7 @@ def test_the_steps_fire_in_order_then_the_limit_refuses(
         "d2" if action == "route" else "d1" for action in actions
     ]
     assert {r.team for r in records} == {"search"}
-    assert [r.tags.get("budget_step") for r in records] == [
+    assert [r.tags.get("specledger.budget_step") for r in records] == [
         None if action == "none" else f"{action}:cap" for action in actions
     ]
     # The budget shows its steps; each is alerted once a period (a step's dedup key).
