@@ -58,7 +58,9 @@ def _print_table(month: str, rows: list[dict[str, object]]) -> None:
     if not rows:
         out.print(f"no requests in {month}: no prices", highlight=False)
         return
-    table = Table(title=f"Prices from {month}", title_justify="left")
+    currency = next((row["currency"] for row in rows if row["currency"]), None)
+    title = f"Prices from {month}" + (f", in {currency}" if currency else "")
+    table = Table(title=title, title_justify="left")
     columns = {
         "deployment": "deployment",
         "cost_per_1m_input_tokens": "per 1M input",

@@ -27,7 +27,7 @@ from app.domain.money import format_micros
 from app.domain.periods import Month
 from app.ledger.costs import unit_costs
 from app.ledger.service import check_allocated
-from app.models import UsageRecord
+from app.models import LedgerRollup, UsageRecord
 from app.storage.run_repository import allocated_months, current_run_id
 
 _NOT_DEPLOYMENTS = {label.value for label in CostLabel}
@@ -46,6 +46,9 @@ class DeploymentPrice:
     prefill_share: float | None
     """The part of the streamed requests' GPU time spent before their first token; None
     when no request was streamed."""
+    currency: str | None = None
+    """The ledger's currency for the month (the bill's); None only for a month whose
+    ledger books nothing."""
 
     @property
     def input_cost_micros(self) -> int:
@@ -80,6 +83,7 @@ class DeploymentPrice:
             "cost_per_1m_tokens": per(self.cost_micros, total_tokens, 1e6),
             "cost_per_gpu_hour": per(self.cost_micros, self.gpu_ns / 3.6e12, 1),
             "prefill_share": None if self.prefill_share is None else round(self.prefill_share, 4),
+            "currency": self.currency,
         }
 
 
@@ -104,6 +108,7 @@ def deployment_prices(
     it, by deployment name; deployments with no request in the month are left out."""
     lines = unit_costs(session, month=month, by=["deployment"], s3_endpoint_url=s3_endpoint_url)
     prefill = _prefill_shares(session, month)
+    currency = _currency(session, month)
     return [
         DeploymentPrice(
             deployment=line.key[0],
@@ -113,10 +118,19 @@ def deployment_prices(
             completion_tokens=line.completion_tokens,
             gpu_ns=line.gpu_ns,
             prefill_share=prefill.get(line.key[0]),
+            currency=currency,
         )
         for line in lines
         if line.requests and line.key[0] not in _NOT_DEPLOYMENTS
     ]
+
+
+def _currency(session: Session, month: Month) -> str | None:
+    """The currency the month's current run books in (the ledger keeps one per month)."""
+    run = current_run_id(session, month)
+    if run is None:
+        return None
+    return session.scalar(select(LedgerRollup.currency).where(LedgerRollup.run_id == run).limit(1))
 
 
 def _prefill_shares(session: Session, month: Month) -> dict[str, float]:

@@ -55,6 +55,8 @@ class PriceRead(Schema):
     prefill_share: float | None
     """The part of the streamed requests' GPU time before their first token: the part of
     the deployment's cost its input tokens carry."""
+    currency: str | None
+    """The currency of every price on the card: the month's ledger's (the bill's)."""
 
 
 class PricesRead(Schema):

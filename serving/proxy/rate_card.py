@@ -16,6 +16,7 @@ from app.ledger.prices import DeploymentPrice, PriceBook, price_month
 PRICE_INPUT_HEADER = "X-SpecLedger-Price-Input-1M"
 PRICE_OUTPUT_HEADER = "X-SpecLedger-Price-Output-1M"
 PRICE_MONTH_HEADER = "X-SpecLedger-Price-Month"
+PRICE_CURRENCY_HEADER = "X-SpecLedger-Price-Currency"
 COST_ESTIMATE_HEADER = "X-SpecLedger-Cost-Estimate"
 
 
@@ -62,5 +63,6 @@ def _price_headers(price: DeploymentPrice, month: str) -> list[tuple[bytes, byte
         (PRICE_INPUT_HEADER, card["cost_per_1m_input_tokens"]),
         (PRICE_OUTPUT_HEADER, card["cost_per_1m_output_tokens"]),
         (PRICE_MONTH_HEADER, month),
+        (PRICE_CURRENCY_HEADER, card["currency"]),
     ]
     return [(name.lower().encode(), str(value).encode()) for name, value in named if value]

@@ -32,6 +32,7 @@ def test_prices_carry_the_deployments_whole_cost_and_agree_with_the_costs_report
     d1 = next(line for line in costs if line["properties"]["deployment"] == "d1")
     assert price["cost_per_1m_tokens"] == d1["cost_per_1m_tokens"]
     assert price["cost_per_gpu_hour"] == d1["cost_per_gpu_hour"]
+    assert price["currency"] == "USD"  # the bill's
     # Prefill is 0.2 s of each request: 10 s for orchid's 1,380 GPU-s, 15 s for walrus's 1,600.
     prefill = (Decimal(1380) * Decimal("0.02") + Decimal(1600) * Decimal("0.2") / 15) / 2980
     assert price["prefill_share"] == round(float(prefill), 4)

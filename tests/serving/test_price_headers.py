@@ -72,6 +72,7 @@ def test_responses_carry_the_rate_card_the_estimate_and_the_teams_headroom(
     assert whole.status_code == streamed.status_code == other.status_code == 200
     for response in (whole, streamed, other, unpriced):
         assert response.headers["x-specledger-price-month"] == card["month"]
+        assert response.headers["x-specledger-price-currency"] == d1["currency"] == "USD"
         assert response.headers["x-specledger-price-output-1m"] == d1["cost_per_1m_output_tokens"]
         assert response.headers["x-specledger-price-input-1m"] == d1["cost_per_1m_input_tokens"]
     # The estimate is what a gateway charges from the card: input and output at their prices.
