@@ -101,18 +101,16 @@ class BudgetGuard:
     ) -> tuple[HardLimitStanding, BudgetStep] | None:
         """The brownout step in force for this request: of the budgets it falls under, the
         most severe step their spend has reached (a route before a warning, then the higher
-        percentage). Spend here is the refresh's plus this process's since, scaled by the
-        shares, so a step acts at the same point of the share that the hard limit refuses."""
+        percentage), by :meth:`_counted` spend."""
         found = []
         with self._lock:
             for standing in self._binding(attribution, deployment):
                 if not standing.steps:
                     continue
-                used = self._admission.used(standing.budget_id) * self._admission.shares
                 step = step_in_force(
                     standing.steps,
                     hard_limit_micros=standing.hard_limit_micros,
-                    spent_micros=standing.spent_micros + used,
+                    spent_micros=self._counted(standing),
                 )
                 if step is not None:
                     found.append((standing, step))
@@ -123,9 +121,9 @@ class BudgetGuard:
         )
 
     def counted(self, standing: HardLimitStanding) -> int:
-        """The standing's spend plus what this process counts since: in flight and ended."""
+        """The spend the proxy counts against the standing's limit (:meth:`_counted`)."""
         with self._lock:
-            return standing.spent_micros + self._admission.used(standing.budget_id)
+            return self._counted(standing)
 
     def team_headroom(self, attribution: Attribution) -> tuple[HardLimitStanding, int] | None:
         """Of the budgets of the team the request's key bills (or a trusted gateway's key
@@ -148,8 +146,14 @@ class BudgetGuard:
         return min(found, key=lambda pair: pair[1], default=None)
 
     def _reached(self, standing: HardLimitStanding) -> bool:
-        return standing.spent_micros + self._admission.used(standing.budget_id) >= (
-            standing.hard_limit_micros
+        return self._counted(standing) >= standing.hard_limit_micros
+
+    def _counted(self, standing: HardLimitStanding) -> int:
+        """The refresh's spend plus what this process has reserved and settled since, scaled
+        by the shares: each process admits against its share of the headroom, so its share
+        used up is the limit reached, and a step acts at the same point of the share."""
+        return standing.spent_micros + self._admission.used(standing.budget_id) * (
+            self._admission.shares
         )
 
 

@@ -513,7 +513,7 @@ async def forward(
             {SESSION_HEADER: attribution.session_id},
         )
         return
-    step_header = None
+    step_header = reservation = None
     if guard is not None and guard.has_limits:
         acting = guard.step_for(attribution, replica.spec.deployment)
         if acting is not None:
@@ -524,8 +524,6 @@ async def forward(
                 model = replica.spec.model
                 body = {**body, "model": model}
                 raw = json.dumps(body).encode()
-    reservation = None
-    if guard is not None and guard.has_limits:
         estimate = _expected_cost(state, replica.spec.deployment, raw, body)
         held = guard.reserve(attribution, replica.spec.deployment, estimate)
         if isinstance(held, HardLimitStanding):
