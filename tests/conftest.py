@@ -15,7 +15,7 @@ from app.db import Base, make_engine
 from app.settings import Settings, get_settings
 from tests.prereq import require
 
-pytest_plugins = ["pytester", "tests.engine_pool", "tests.timing"]
+pytest_plugins = ["pytester", "tests.engine_pool", "tests.timing", "tests.xdist_groups"]
 
 # The machines are shared and noisy: a property test must fail on a wrong answer, never on a
 # slow example.

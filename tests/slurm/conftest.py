@@ -18,6 +18,8 @@ PostgreSQL; ``scripts/ensure_slurm.sh stop`` stops it. Its job ids and accountin
 outlive the session: look jobs up by id, never by "all jobs".
 """
 
+import fcntl
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -34,3 +36,24 @@ def slurm(tmp_path_factory: pytest.TempPathFactory) -> SlurmCluster:
     except SlurmError as error:
         require(False, f"no Slurm cluster (scripts/ensure_slurm.sh): {error}")
         raise
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_module_on_the_cluster_at_a_time(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[None]:
+    """The modules whose tests submit jobs take turns across xdist workers: the Slurm tests
+    are one xdist group, but the vLLM server job (a module fixture) is in the engines' group,
+    and a job of one would hold the CPU or fake GPU a job of the other waits for. The lock is
+    taken before the module's other fixtures; its file is in the folder all workers'
+    temporary folders share."""
+    if "slurm" not in request.fixturenames:
+        yield
+        return
+    lock = tmp_path_factory.getbasetemp().parent / "slurm-cluster.lock"
+    with lock.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
