@@ -44,17 +44,21 @@ def test_the_run_ends_with_its_time_per_folder_and_marker(pytester: pytest.Pytes
                 "    time.sleep(0.2)\n\n@pytest.mark.slow\n"
                 "@pytest.mark.parametrize('n', [1])\ndef test_c(setup, n):\n    time.sleep(0.3)\n"
             ),
+            # In a folder named like a marker, without the marker: not counted as marked.
+            "slow/test_unmarked.py": "def test_d():\n    pass\n",
         }
     )
     result = pytester.runpytest_inprocess("-p", "tests.timing", "-p", "no:xdist")
     out = result.stdout.str()
     assert result.ret == pytest.ExitCode.OK, out
-    assert "3 passed" in out
+    assert "4 passed" in out
     section = out[out.index("suite time per group") :]
-    slow = re.search(r"^slow\s+1\s+([\d.]+)\s+", section, re.MULTILINE)
-    assert slow is not None
+    folders, markers = section.split("\nmarker ", 1)
+    assert re.search(r"^slow\s+2\s+", folders, re.MULTILINE)
+    assert re.search(r"^fast\s+2\s+", folders, re.MULTILINE)
+    slow = re.search(r"^slow\s+1\s+([\d.]+)\s+", markers, re.MULTILINE)
+    assert slow is not None, markers
     assert float(slow[1]) >= 0.5  # setup and call
-    assert re.search(r"^fast\s+2\s+", section, re.MULTILINE)
-    assert re.search(r"^\(no marker\)\s+2\s+", section, re.MULTILINE)
+    assert re.search(r"^\(no marker\)\s+3\s+", markers, re.MULTILINE), markers
     assert "parametrize" not in section
-    assert re.search(r"^3 tests: [\d.]+ s in tests, [\d.]+ s wall$", section, re.MULTILINE)
+    assert re.search(r"^4 tests: [\d.]+ s in tests, [\d.]+ s wall$", section, re.MULTILINE)

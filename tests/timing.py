@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Generator, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
 import pytest
 
-__all__ = ["GroupTimes", "directory_of", "format_times"]
+__all__ = ["GroupTimes", "directory_of", "format_times", "markers_of"]
 
 UNMARKED = "(no marker)"
 PYTEST_OWN = frozenset(
@@ -85,6 +85,31 @@ def format_times(times: GroupTimes, wall_s: float) -> list[str]:
     ]
 
 
+MARKERS_PROPERTY = "markers"
+"""The report's user property that carries the test's markers to the controller. A report's
+keywords would not do: they also hold the names of the test's folders, so every test under
+``tests/serving`` would count as marked ``serving``."""
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item,
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report = yield
+    marks = sorted({mark.name for mark in item.iter_markers()})
+    # A copy: the report shares the item's list, which the next phase's report reuses.
+    report.user_properties = [*report.user_properties, (MARKERS_PROPERTY, marks)]
+    return report
+
+
+def markers_of(report: pytest.TestReport) -> list[str]:
+    """The markers :func:`pytest_runtest_makereport` put on ``report`` (none if it did not)."""
+    for name, value in report.user_properties:
+        if name == MARKERS_PROPERTY and isinstance(value, list):
+            return [str(mark) for mark in value]
+    return []
+
+
 class SuiteTimer:
     def __init__(self, markers: frozenset[str]) -> None:
         self.markers = markers
@@ -93,7 +118,7 @@ class SuiteTimer:
 
     @pytest.hookimpl
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        marks = [name for name in report.keywords if name in self.markers]
+        marks = [name for name in markers_of(report) if name in self.markers]
         self.times.add(report.nodeid, marks, report.duration)
 
     @pytest.hookimpl
