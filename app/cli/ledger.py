@@ -409,6 +409,7 @@ def costs(
     from app.db import read_session
     from app.ledger.costs import unit_costs
     from app.settings import get_settings
+    from app.storage.run_repository import month_currency
 
     dimensions = [d.strip() for d in by.split(",") if d.strip()]
     settings = get_settings()
@@ -421,9 +422,11 @@ def costs(
             team=team,
             s3_endpoint_url=settings.s3_endpoint_url,
         )
+        currency = month_currency(session, month)
     records = [line.to_json(dimensions) for line in lines]
     if as_json:
-        typer.echo(json.dumps({"month": str(month), "by": dimensions, "lines": records}, indent=2))
+        body = {"month": str(month), "by": dimensions, "currency": currency, "lines": records}
+        typer.echo(json.dumps(body, indent=2))
         return
     header = [
         *dimensions,
@@ -439,6 +442,8 @@ def costs(
     typer.echo("  ".join(f"{h:>16}" for h in header))
     for record in records:
         typer.echo("  ".join(f"{record[h]!s:>16}" for h in header))
+    if currency is not None:
+        typer.echo(f"Amounts in {currency}, the month's bill's currency.")
 
 
 def check_report_scope(

@@ -27,8 +27,8 @@ from app.domain.money import format_micros
 from app.domain.periods import Month
 from app.ledger.costs import unit_costs
 from app.ledger.service import check_allocated
-from app.models import LedgerRollup, UsageRecord
-from app.storage.run_repository import allocated_months, current_run_id
+from app.models import UsageRecord
+from app.storage.run_repository import allocated_months, current_run_id, month_currency
 
 _NOT_DEPLOYMENTS = {label.value for label in CostLabel}
 """The cost lines by deployment that are not a deployment (unallocated, shared ...)."""
@@ -108,7 +108,7 @@ def deployment_prices(
     it, by deployment name; deployments with no request in the month are left out."""
     lines = unit_costs(session, month=month, by=["deployment"], s3_endpoint_url=s3_endpoint_url)
     prefill = _prefill_shares(session, month)
-    currency = _currency(session, month)
+    currency = month_currency(session, month)
     return [
         DeploymentPrice(
             deployment=line.key[0],
@@ -123,14 +123,6 @@ def deployment_prices(
         for line in lines
         if line.requests and line.key[0] not in _NOT_DEPLOYMENTS
     ]
-
-
-def _currency(session: Session, month: Month) -> str | None:
-    """The currency the month's current run books in (the ledger keeps one per month)."""
-    run = current_run_id(session, month)
-    if run is None:
-        return None
-    return session.scalar(select(LedgerRollup.currency).where(LedgerRollup.run_id == run).limit(1))
 
 
 def _prefill_shares(session: Session, month: Month) -> dict[str, float]:

@@ -26,6 +26,7 @@ from app.ledger.schemas import (
     ReconciliationRead,
 )
 from app.ledger.service import close_month, closed_months
+from app.storage.run_repository import month_currency
 
 router = APIRouter(tags=["ledger"])
 
@@ -69,6 +70,7 @@ def get_costs(
     return CostPage(
         month=str(month),
         by=list(dimensions),
+        currency=month_currency(session, month),
         items=[CostLineRead.of(record, dimensions) for record in records],
         total=len(lines),
         limit=page.limit,

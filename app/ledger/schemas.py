@@ -68,6 +68,8 @@ class PricesRead(Schema):
 class CostPage(PageMeta):
     month: str
     by: list[str]
+    currency: str | None
+    """The currency of every amount on the page: the month's ledger's (the bill's)."""
     items: list[CostLineRead]
 
 

@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session
 
 from app.domain.ledger import RunStatus
 from app.domain.periods import Month
-from app.models import AllocationRun
+from app.models import AllocationRun, LedgerRollup
 
 _CURRENT = AllocationRun.status == RunStatus.current
 
@@ -25,6 +25,15 @@ def current_run_id(session: Session, month: Month | str) -> int | None:
     return session.scalar(
         select(AllocationRun.id).where(AllocationRun.month == str(month), _CURRENT)
     )
+
+
+def month_currency(session: Session, month: Month) -> str | None:
+    """The currency the month's current run books in (the bill's: the ledger keeps one per
+    month), or None if the month was never allocated."""
+    run = current_run_id(session, month)
+    if run is None:
+        return None
+    return session.scalar(select(LedgerRollup.currency).where(LedgerRollup.run_id == run).limit(1))
 
 
 def current_window_run_id(session: Session, start: datetime, end: datetime) -> int | None:

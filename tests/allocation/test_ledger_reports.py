@@ -109,7 +109,12 @@ def test_reconciliation_lists_usage_no_bill_can_price(allocated: Engine) -> None
 
 
 def test_unit_costs_by_team_add_up_to_the_bill(allocated: Engine) -> None:
-    lines = json.loads(_ok("costs", "--month", "2026-10", "--by", "team", "--json"))["lines"]
+    body = json.loads(_ok("costs", "--month", "2026-10", "--by", "team", "--json"))
+    assert body["currency"] == "USD"  # the bill's: every amount is in it
+    assert _ok("costs", "--month", "2026-10", "--by", "team").endswith(
+        "Amounts in USD, the month's bill's currency.\n"
+    )
+    lines = body["lines"]
     by_team = {line["team"]: line for line in lines}
     assert set(by_team) == {"search", "ads", "(idle)", "(unallocated)"}
     assert sum(Decimal(line["effective_cost"]) for line in lines) == Decimal("15.95")

@@ -28,7 +28,9 @@ def test_prices_carry_the_deployments_whole_cost_and_agree_with_the_costs_report
     assert body["month"] == "2026-10"
     assert [item["deployment"] for item in body["items"]] == ["d1"]  # d2 served nothing
     price = body["items"][0]
-    costs = _get(client, "/v1/costs?month=2026-10&by=deployment", admin)["items"]
+    page = _get(client, "/v1/costs?month=2026-10&by=deployment", admin)
+    assert page["currency"] == price["currency"] == "USD"  # the bill's, on costs and prices
+    costs = page["items"]
     d1 = next(line for line in costs if line["properties"]["deployment"] == "d1")
     assert price["cost_per_1m_tokens"] == d1["cost_per_1m_tokens"]
     assert price["cost_per_gpu_hour"] == d1["cost_per_gpu_hour"]
