@@ -32,9 +32,9 @@ def group_of(item: pytest.Item) -> str | None:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if not getattr(config.option, "loadgroup", False):  # set on xdist's workers only
         return
-    from _pytest.nodeid import coerce_node_id  # pytest 9's node ids
-
     for item in items:
         group = group_of(item)
         if group is not None and not item.nodeid.endswith(f"@{group}"):
+            from _pytest.nodeid import coerce_node_id  # pytest 9's (pytest 8 never gets here)
+
             item._id = coerce_node_id(f"{item.nodeid}@{group}")
