@@ -278,7 +278,7 @@ def _load_file(
     already ``rejected``: then only checking)."""
     loaded = _Loaded()
     try:
-        for block in prefetched(read_blocks(path, block_bytes)):
+        for block in prefetched(read_blocks(path, block_bytes, workers=2)):
             loaded.problems.extend(block.problems)
             rejected = rejected or bool(block.problems)
             _add_usage(conn, loaded, block.usage, to_store, rejected)

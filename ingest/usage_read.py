@@ -15,15 +15,17 @@ line-by-line reader (:class:`Unreadable`).
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import gzip
+import io
 import json
 import queue
 import threading
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
 
 import numpy as np
 import pyarrow as pa
@@ -58,31 +60,56 @@ class Block:
     """Bytes of the file the block covers (uncompressed)."""
 
 
-def read_blocks(path: Path, block_bytes: int = BLOCK_BYTES) -> Iterator[Block]:
-    """The file's blocks, in order.
+def read_blocks(path: Path, block_bytes: int = BLOCK_BYTES, workers: int = 1) -> Iterator[Block]:
+    """The file's blocks, in order; with ``workers`` > 1, that many blocks are parsed and
+    checked at once in threads (Arrow and the checks mostly release the GIL), still handed
+    on in order.
 
     Raises:
         Unreadable: Where the file must be read line by line (before or between blocks).
         OSError, EOFError: If the file cannot be read.
     """
+    chunks = _chunks(path, block_bytes)
+    if workers <= 1:
+        yield from (_block(path, data, first_line) for data, first_line in chunks)
+        return
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="usage-block") as pool:
+        pending: collections.deque[Future[Block]] = collections.deque()
+        try:
+            for data, first_line in chunks:
+                pending.append(pool.submit(_block, path, data, first_line))
+                if len(pending) >= workers:
+                    yield pending.popleft().result()
+            while pending:
+                yield pending.popleft().result()
+        finally:
+            for future in pending:
+                future.cancel()
+
+
+def _chunks(path: Path, block_bytes: int) -> Iterator[tuple[pa.Buffer, int]]:
+    """The file's whole lines in pieces of about ``block_bytes``, each with the number of
+    its first line. Each piece is read into a buffer of its own and handed on as a view of
+    it (only a partial last line is copied, to the next buffer)."""
     first_line = 1
     with _open(path) as stream:
         rest = b""
         while True:
-            data = stream.read(block_bytes)
-            chunk = rest + data
-            if not data:
-                if chunk:
-                    yield _block(path, chunk, first_line)
+            buffer = bytearray(len(rest) + block_bytes)
+            buffer[: len(rest)] = rest
+            read = stream.readinto(memoryview(buffer)[len(rest) :])
+            filled = len(rest) + read
+            if not read:
+                if filled:
+                    yield pa.py_buffer(memoryview(buffer)[:filled]), first_line
                 return
-            end = chunk.rfind(b"\n") + 1
+            end = buffer.rfind(b"\n", 0, filled) + 1
             if end == 0:
-                rest = chunk
+                rest = bytes(buffer[:filled])
                 continue
-            rest = chunk[end:]
-            block = _block(path, chunk[:end], first_line)
-            first_line += chunk.count(b"\n", 0, end)
-            yield block
+            rest = bytes(buffer[end:filled])
+            yield pa.py_buffer(memoryview(buffer)[:end]), first_line
+            first_line += buffer.count(b"\n", 0, end)
 
 
 def prefetched(blocks: Iterator[Block], depth: int = 2) -> Iterator[Block]:
@@ -126,37 +153,43 @@ def prefetched(blocks: Iterator[Block], depth: int = 2) -> Iterator[Block]:
         thread.join()
 
 
-def _open(path: Path) -> IO[bytes]:
+def _open(path: Path) -> io.BufferedIOBase:
     if path.suffix == ".gz":
-        return gzip.open(path, "rb")  # type: ignore[return-value]
+        return gzip.open(path, "rb")
     return path.open("rb")
 
 
-def _block(path: Path, data: bytes, first_line: int) -> Block:
-    if b"\r" in data and data.count(b"\r") != data.count(b"\r\n"):
+def _block(path: Path, data: pa.Buffer, first_line: int) -> Block:
+    octets = np.frombuffer(data, dtype=np.uint8)
+    returns = np.flatnonzero(octets == ord("\r"))
+    if returns.size and not _all_before_newline(octets, returns):
         raise Unreadable
     lines = _lines(data)
     try:
         lines.validate(full=True)  # UTF-8
     except pa.ArrowInvalid:
         raise Unreadable from None
-    blank = _np_bool(pc.equal(pc.utf8_length(pc.utf8_trim(lines, " \t\r\n")), 0))
-    written = np.flatnonzero(~blank)
+    if pc.all(pc.starts_with(lines, "{")).as_py():  # the usual file: no blank line, no indent
+        written = np.arange(len(lines))
+        texts: pa.Array = lines
+    else:
+        blank = _np_bool(pc.equal(pc.utf8_length(pc.utf8_trim(lines, " \t\r\n")), 0))
+        written = np.flatnonzero(~blank)
+        texts = lines.take(pa.array(written))
+        objects = pc.starts_with(pc.utf8_ltrim(texts, " \t\r\n"), "{")
+        if not pc.all(objects).as_py() and len(texts):  # Arrow can crash on a bare null
+            return _line_by_line(path, texts, first_line + written, data.size)[0]
     numbers = first_line + written
-    texts = lines.take(pa.array(written))
-    objects = pc.starts_with(pc.utf8_ltrim(texts, " \t\r\n"), "{")
-    if not pc.all(objects).as_py() and len(texts):  # Arrow can crash on a bare null
-        return _line_by_line(path, texts, numbers, len(data))[0]
     try:
         table = pajson.read_json(pa.BufferReader(data), parse_options=_PARSE)
     except pa.ArrowInvalid:
-        return _line_by_line(path, texts, numbers, len(data))[0]
+        return _line_by_line(path, texts, numbers, data.size)[0]
     extra = set(table.column_names) - set(LINE_SCHEMA.names) - set(IDLE_ONLY)
     if extra or table.num_rows != len(written):
-        return _line_by_line(path, texts, numbers, len(data))[0]
+        return _line_by_line(path, texts, numbers, data.size)[0]
     checked = check_block(table, texts)
     rows = checked.per_record
-    block, usage_at = _line_by_line(path, texts.take(pa.array(rows)), numbers[rows], len(data))
+    block, usage_at = _line_by_line(path, texts.take(pa.array(rows)), numbers[rows], data.size)
     if block.usage.num_rows:
         order = np.argsort(np.concatenate([checked.usage_rows, rows[usage_at]]), kind="stable")
         block.usage = pa.concat_tables([checked.usage, block.usage]).take(pa.array(order))
@@ -166,13 +199,22 @@ def _block(path: Path, data: bytes, first_line: int) -> Block:
     return block
 
 
-def _lines(data: bytes) -> pa.StringArray:
+def _all_before_newline(octets: np.ndarray, returns: np.ndarray) -> bool:
+    """Whether every ``\\r`` is the first half of a ``\\r\\n`` (a lone one is a line end to
+    Python's text mode, which numbers lines differently)."""
+    following = returns + 1
+    if following[-1] >= octets.size:
+        return False
+    return bool(np.all(octets[following] == ord("\n")))
+
+
+def _lines(data: pa.Buffer) -> pa.LargeStringArray:
     """Each line of ``data`` (its end included), without copying."""
     ends = np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == ord("\n")) + 1
-    if not ends.size or ends[-1] != len(data):
-        ends = np.append(ends, len(data))
+    if not ends.size or ends[-1] != data.size:
+        ends = np.append(ends, data.size)
     offsets = np.concatenate([[0], ends]).astype(np.int64)
-    return pa.LargeStringArray.from_buffers(len(ends), pa.py_buffer(offsets), pa.py_buffer(data))
+    return pa.LargeStringArray.from_buffers(len(ends), pa.py_buffer(offsets), data)
 
 
 def _np_bool(values: pa.Array) -> np.ndarray:

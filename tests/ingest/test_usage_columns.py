@@ -161,8 +161,10 @@ def line(draw: st.DrawFn) -> str:
     )
 
 
-def columnar(path: Path, block_bytes: int) -> tuple[pa.Table, list[Any], list[tuple[Any, ...]]]:
-    blocks = list(read_blocks(path, block_bytes))
+def columnar(
+    path: Path, block_bytes: int, workers: int = 1
+) -> tuple[pa.Table, list[Any], list[tuple[Any, ...]]]:
+    blocks = list(read_blocks(path, block_bytes, workers=workers))
     usage = pa.concat_tables([b.usage for b in blocks]) if blocks else events_columns([])
     idle = [event for b in blocks for event in b.idle]
     problems = [(p.row, p.reason) for b in blocks for p in b.problems]
@@ -188,14 +190,17 @@ def per_record(path: Path) -> tuple[pa.Table, list[Any], list[tuple[Any, ...]]]:
     lines=st.lists(line(), max_size=12),
     block_bytes=st.sampled_from([64, 700, 1 << 20]),
     crlf=st.booleans(),
+    workers=st.sampled_from([1, 2, 3]),
 )
 def test_columnar_reader_agrees_with_the_per_record_reader(
-    tmp_path: Path, lines: list[str], block_bytes: int, crlf: bool
+    tmp_path: Path, lines: list[str], block_bytes: int, crlf: bool, workers: int
 ) -> None:
+    """Blocks parsed one at a time or several at once in threads: the same records, idle
+    records and problems, in file order, with the same line numbers."""
     path = tmp_path / "usage.jsonl"
     path.write_bytes(("\r\n" if crlf else "\n").join(lines).encode("utf-8"))
     try:
-        got = columnar(path, block_bytes)
+        got = columnar(path, block_bytes, workers)
     except Unreadable:
         return  # load_usage reads such a file with read_usage_file itself
     want = per_record(path)
