@@ -236,9 +236,7 @@ def _postgres_alone(db: Any) -> float:
         with cursor.copy("COPY usage_records TO STDOUT (FORMAT binary)") as copy:
             for chunk in copy:
                 held += chunk
-        cursor.execute(
-            "CREATE TABLE usage_records_alone (LIKE usage_records INCLUDING ALL)"
-        )
+        cursor.execute("CREATE TABLE usage_records_alone (LIKE usage_records INCLUDING ALL)")
         start = time.perf_counter()
         with cursor.copy("COPY usage_records_alone FROM STDIN (FORMAT binary)") as copy:
             view = memoryview(held)
