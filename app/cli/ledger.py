@@ -506,6 +506,7 @@ def export_chargeback(
     from app.ledger.export import chargeback_table, write_table
     from app.ledger.focus_export import write_focus_allocation
     from app.settings import get_settings
+    from app.storage.run_repository import month_currency
 
     if fmt not in ("csv", "parquet", "focus"):
         raise typer.BadParameter("--format must be csv, parquet or focus")
@@ -527,7 +528,7 @@ def export_chargeback(
             lines = unit_costs(
                 session, month=month, by=by, team=team, s3_endpoint_url=settings.s3_endpoint_url
             )
-            table = chargeback_table(lines, by, month)
+            table = chargeback_table(lines, by, month, month_currency(session, month))
             write_table(table, out_path, fmt)
             written = table.num_rows
     typer.echo(f"wrote {written} rows to {out_path}")

@@ -15,6 +15,7 @@ from app.domain.periods import Month
 from app.ledger.costs import unit_costs
 from app.ledger.export import chargeback_table
 from app.ledger.focus_export import write_focus_allocation
+from app.storage.run_repository import month_currency
 
 
 class ChargebackFormat(StrEnum):
@@ -58,7 +59,7 @@ def chargeback_file(
     else:
         by = [Dimension.cost_center if by_cost_center else Dimension.team, Dimension.deployment]
         lines = unit_costs(session, month=month, by=by, team=team, s3_endpoint_url=s3_endpoint_url)
-        table = chargeback_table(lines, by, month)
+        table = chargeback_table(lines, by, month, month_currency(session, month))
         content = _csv_bytes(table) if as_csv else _parquet_bytes(table)
     if as_csv:
         return Download(content, f"{stem}.csv", "text/csv")

@@ -18,18 +18,30 @@ from app.ledger.focus_export import FOCUS_MONEY as EXACT_MONEY
 from app.ledger.focus_export import MONEY
 
 
-def chargeback_table(lines: Sequence[CostLine], by: Sequence[str], month: Month) -> pa.Table:
+def chargeback_table(
+    lines: Sequence[CostLine], by: Sequence[str], month: Month, currency: str | None
+) -> pa.Table:
     """One row per line, money as exact decimals: ``effective_cost`` and ``billed_cost`` to
     the micro, ``*_exact`` at the bill's precision, and a last ``(rounding)`` line where the
-    amounts to the micro do not add up to the exact total rounded once."""
+    amounts to the micro do not add up to the exact total rounded once. ``currency`` (the
+    month's bill's, every amount's) is a column of its own on every row: a file passed on
+    without it would leave the reader to guess."""
     records = [line.to_json(by) for line in lines]
     rounding = rounding_line(lines, by)
     if rounding is not None:
         records.append(rounding)
-    columns: dict[str, list[Any]] = {"month": [str(month)] * len(records)}
+    columns: dict[str, list[Any]] = {
+        "month": [str(month)] * len(records),
+        "currency": [currency] * len(records),
+    }
     for name in records[0] if records else {"effective_cost": None}:
         columns[name] = [r.get(name) for r in records]
-    table = pa.table({name: pa.array(values) for name, values in columns.items()})
+    table = pa.table(
+        {
+            name: pa.array(values, pa.string() if name == "currency" else None)
+            for name, values in columns.items()
+        }
+    )
     for name in table.column_names:
         money = _money_type(name)
         if money is not None:

@@ -114,12 +114,13 @@ def test_the_chargeback_rounds_once_and_books_the_difference_as_its_own_line(
     _sub_micro_month(engine, tmp_path)
     with Session(engine) as session:
         lines = unit_costs(session, month=OCTOBER, by=[Dimension.team])
-    table = chargeback_table(lines, [Dimension.team], OCTOBER)
+    table = chargeback_table(lines, [Dimension.team], OCTOBER, "USD")
     buffer = io.BytesIO()
     pa.csv.write_csv(table, buffer)
     rows = {r["team"]: r for r in csv.DictReader(io.StringIO(buffer.getvalue().decode()))}
 
     assert set(rows) == {"ads", "search", CostLabel.rounding}
+    assert {r["currency"] for r in rows.values()} == {"USD"}
     # Each team's exact share: half of the bill, to the pico.
     assert [Decimal(rows[t]["effective_cost_exact"]) for t in ("ads", "search")] == [BILL / 2] * 2
     # Shown to the micro, the lines and the rounding line add up to the bill rounded once.

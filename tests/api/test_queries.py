@@ -5,6 +5,8 @@ import io
 from decimal import Decimal
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 from fastapi.testclient import TestClient
 
 from tests.api.conftest import Seeded
@@ -230,12 +232,17 @@ def test_chargeback_downloads_add_up(client: TestClient, seeded: Seeded) -> None
     assert "chargeback-2026-10.csv" in response.headers["content-disposition"]
     rows = list(csv.DictReader(io.StringIO(response.text)))
     assert sum(Decimal(r["effective_cost"]) for r in rows) == BILL
+    # Every line says the currency its amounts are in: the month's bill's.
+    assert {r["currency"] for r in rows} == {"USD"}
     parquet = client.get(
         "/v1/chargeback",
         params={"month": "2026-10", "format": "parquet"},
         headers=seeded.keys.header("orchid"),
     )
     assert parquet.content[:4] == b"PAR1"
+    table = pq.read_table(pa.BufferReader(parquet.content))
+    assert table.column_names[:2] == ["month", "currency"]
+    assert set(table["currency"].to_pylist()) == {"USD"}
 
 
 def test_waste_flags_poor_acceptance_and_speculation_above_breakeven(
