@@ -17,6 +17,8 @@ from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
 from app.domain.focus import BY_NAME, SUMMABLE_DECIMALS, Kind
+from app.domain.periods import Month
+from app.ledger.focus_export import focus_allocation_table
 from app.models import BillingRow
 from tests.focus.exported import AWS_1_3, allocate_october, export_october
 
@@ -172,3 +174,18 @@ def test_general_1_3_rules_hold(exported: list[dict[str, Any]]) -> None:
                 and value is not None
             ):
                 assert isinstance(json.loads(value), dict), name
+
+
+def test_a_teams_export_is_the_whole_exports_rows_of_the_team(
+    engine: Engine, exported: list[dict[str, Any]]
+) -> None:
+    """A team's rows are split with every share of their source row (ratios, quantities,
+    largest remainder) and only then kept: the same rows, values and order as the whole
+    export's rows tagged with the team, pooled rows and rows split alone alike."""
+    with Session(engine) as session:
+        for team in ("search", "ads"):
+            mine = focus_allocation_table(session, Month(2026, 10), team=team).to_pylist()
+            theirs = [
+                r for r in exported if json.loads(r["AllocatedTags"] or "{}").get("team") == team
+            ]
+            assert mine and mine == theirs
