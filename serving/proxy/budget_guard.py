@@ -129,7 +129,9 @@ class BudgetGuard:
         """Of the budgets of the team the request's key bills (or a trusted gateway's key
         names), the one with the least left before its hard limit, and what is left; None
         when there is none, and for a request without a key (a team header alone does not
-        show a budget)."""
+        show a budget). What is left is the limit less the spend this process counts
+        (:meth:`_counted`, scaled by the shares), so it reaches zero where this process
+        starts to refuse."""
         grant = attribution.grant
         if attribution.team is None or grant is None:
             return None
@@ -139,7 +141,7 @@ class BudgetGuard:
         now = datetime.now(UTC)
         with self._lock:
             found = [
-                (s, max(0, s.remaining_micros - self._admission.used(s.budget_id)))
+                (s, max(0, s.hard_limit_micros - self._counted(s)))
                 for s in self._standings
                 if s.scope == own and now < s.period_end
             ]

@@ -138,3 +138,29 @@ def test_only_the_teams_own_key_or_a_gateway_sees_its_budget(engine: Engine, tmp
     assert seen(ProxyGrant(key_id=2, name="g", team="edge", gateway=True)) == own
     assert seen(ProxyGrant(key_id=3, name="k", team="ads")) is None
     assert seen(None) is None  # an anonymous request that names the team in a header
+
+
+def test_the_headroom_shown_is_what_this_process_may_still_admit(engine: Engine, tmp_path) -> None:
+    """With the headroom split over two processes (``--budget-shares 2``), what a process
+    reserves counts twice against the budget, as its admission counts it: the header falls
+    to zero exactly where this process starts to refuse."""
+    billed = allocated_hour_ago(engine, tmp_path)
+    team_budget(engine, "cap", around=billed, hard_limit_micros=3 * D)
+    guard = BudgetGuard(engine, shares=2)
+    guard.refresh()
+    search = Attribution(
+        session_id="s", team="search", grant=ProxyGrant(key_id=1, name="k", team="search")
+    )
+    before = guard.team_headroom(search)
+    assert before is not None
+    standing, left = before
+    assert left == standing.remaining_micros > 0
+    share = left // 2  # each process may admit half of what was left
+    first = guard.reserve(search, "d1", share // 4)
+    assert not isinstance(first, HardLimitStanding)
+    after = guard.team_headroom(search)
+    assert after is not None and after[1] == left - 2 * (share // 4)
+    guard.reserve(search, "d1", share - share // 4)
+    assert guard.team_headroom(search) == (standing, left - 2 * share)
+    refused = guard.reserve(search, "d1", left - 2 * share + 1)
+    assert isinstance(refused, HardLimitStanding)
