@@ -188,4 +188,5 @@ def test_a_teams_export_is_the_whole_exports_rows_of_the_team(
             theirs = [
                 r for r in exported if json.loads(r["AllocatedTags"] or "{}").get("team") == team
             ]
-            assert mine and mine == theirs
+            assert mine
+            assert mine == theirs

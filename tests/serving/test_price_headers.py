@@ -159,7 +159,8 @@ def test_the_headroom_shown_is_what_this_process_may_still_admit(engine: Engine,
     first = guard.reserve(search, "d1", share // 4)
     assert not isinstance(first, HardLimitStanding)
     after = guard.team_headroom(search)
-    assert after is not None and after[1] == left - 2 * (share // 4)
+    assert after is not None
+    assert after[1] == left - 2 * (share // 4)
     guard.reserve(search, "d1", share - share // 4)
     assert guard.team_headroom(search) == (standing, left - 2 * share)
     refused = guard.reserve(search, "d1", left - 2 * share + 1)
