@@ -172,7 +172,8 @@ def test_a_burst_is_admitted_only_as_far_as_its_reserved_cost_fits_the_limit(
     assert "would pass its hard limit" in error["message"]
     assert "this request may cost" in error["message"]
     # The five have ended: their metered cost (at most their estimate) is what is counted,
-    # so a small request still fits and sees what is left.
+    # so a small request still fits and sees what is left: what this process used counts
+    # once per share, as its admission counts it.
     assert after.status_code == 200, after.text
     left = Decimal(after.headers["x-specledger-budget-remaining"]) * D
-    assert headroom - 5 * estimate - 2 * price.cost_of(10, 2) <= left <= headroom
+    assert headroom - shares * (5 * estimate + 2 * price.cost_of(10, 2)) <= left <= headroom
